@@ -1,0 +1,47 @@
+// Package buffer is the per-partition handoff buffer of the chain (DESIGN §3
+// "Buffered handoff with polling fallback").
+//
+// # What it owns
+//
+// A Ring owns a fixed array of capacity items (records fetched once from
+// Kafka by the partition's fetcher), the offset range [Low, High) they cover,
+// the pacer's cursor, and the wake-up channels of the goroutines waiting on
+// it. It does not own the records' byte slices (it copies the items, not what
+// they point to), the readers' cursors, or polling: a reader that falls out of
+// the ring fetches from Kafka itself (that logic is in the chain).
+//
+// # Invariant
+//
+// The ring's items are exactly the fetched records with offsets in
+// [Low, High), minus the offsets Kafka never returned (gaps from compaction
+// or transaction markers), in increasing offset order, and there are never
+// more than capacity of them (DESIGN I9). Low never decreases; High never
+// decreases. A Read from an offset >= Low returns the items with offset >= from
+// in order, so a reader that moves its cursor to last-returned-offset+1 sees
+// every fetched offset exactly once (DESIGN I2); a Read from below Low fails
+// with ErrEvicted instead of silently skipping.
+//
+// # When full
+//
+// One reader, the pacer (the chain's first stage), paces the writer:
+// items with offset >= the pacer's cursor are unread, the others are read.
+// Append never overwrites an unread item: while the ring holds capacity
+// unread items it blocks until the pacer reads on (or ctx ends, or Close).
+// When the ring is full but some items are read, Append evicts the oldest
+// items, as few as the new items need, and Low moves past them. Eviction is
+// lazy, so read items stay available to the slower readers as long as the
+// space is not needed. The writer never waits for any reader but the pacer;
+// a slower reader that is overtaken gets ErrEvicted and polls Kafka until
+// Covers(cursor) holds again.
+//
+// # Concurrency contract
+//
+// One writer goroutine calls Append and, when it is done, Close (Close may
+// also be called from any other goroutine, e.g. on revoke). Any number of
+// readers call Read, TryRead, Changed and the accessors concurrently, each at
+// its own cursor. Exactly one reader passes pacer=true, and its cursor must
+// not move backwards (the ring keeps the largest cursor it was given).
+// Every method takes the ring's one mutex once per call (per batch, not per
+// item); waiting happens outside the mutex, on channels that are allocated
+// only when someone waits and closed at the next change.
+package buffer

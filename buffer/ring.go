@@ -1,0 +1,368 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Ring holds up to capacity items of type T in increasing offset order.
+// offsetOf extracts an item's Kafka offset. See the package doc for the
+// invariant and the concurrency contract.
+type Ring[T any] struct {
+	offsetOf func(*T) int64
+	now      func() time.Time
+	capacity int
+
+	mu struct {
+		sync.Mutex
+		// buf is the circular array; len(buf) is the capacity. Logical item
+		// i (0 = oldest) is buf[(head+i) % len(buf)], for i < n.
+		buf  []T
+		head int
+		n    int
+		// low and high bound the covered offsets: [low, high).
+		low, high int64
+		// pacer is the pacer's cursor: every item with offset < pacer is read.
+		pacer      int64
+		lastAppend time.Time
+		closed     bool
+		closeErr   error
+		// changed is closed at the next Append that adds items or at Close.
+		// nil when nobody asked for it, so an Append nobody waits for does
+		// not allocate. After Close it is a closed channel that stays.
+		changed chan struct{}
+		// room is closed when the pacer moves on or at Close; nil unless the
+		// writer waits for it.
+		room  chan struct{}
+		stats Stats
+	}
+}
+
+// Stats are a Ring's counters since New.
+type Stats struct {
+	Appended    uint64 // items appended
+	Evicted     uint64 // items evicted to make room
+	WriterWaits uint64 // times Append waited for the pacer
+	ReaderWaits uint64 // times a Read waited for an Append
+	Evictions   uint64 // reads that failed with ErrEvicted
+}
+
+// New returns an empty ring of capacity items covering offsets from start
+// (Low() == High() == start). It panics if capacity < 1 or offsetOf is nil.
+// The backing array of capacity items is allocated here, once.
+func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
+	return NewWithClock(capacity, start, offsetOf, time.Now)
+}
+
+// NewWithClock is New with the clock LastAppend reports (nil means time.Now).
+func NewWithClock[T any](capacity int, start int64, offsetOf func(*T) int64, now func() time.Time) *Ring[T] {
+	if capacity < 1 {
+		panic(fmt.Sprintf("buffer: capacity %d < 1", capacity))
+	}
+	if offsetOf == nil {
+		panic("buffer: nil offsetOf")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	r := &Ring[T]{offsetOf: offsetOf, now: now, capacity: capacity}
+	r.mu.buf = make([]T, capacity)
+	r.mu.low, r.mu.high, r.mu.pacer = start, start, start
+	return r
+}
+
+// Append copies items into the ring. Their offsets must be strictly
+// increasing and >= High(), else it returns an error wrapping ErrOrder and
+// appends nothing. It appends as many items as fit, evicting the oldest items
+// the pacer has read when the ring is full, and blocks while the ring holds
+// capacity items the pacer has not read (offset >= the pacer's cursor). It
+// returns ctx.Err() if ctx ends while waiting and ErrClosed if the ring is or
+// gets closed; in both cases a prefix of items may have been appended (High()
+// tells how far). Only the writer may call Append.
+func (r *Ring[T]) Append(ctx context.Context, items []T) error {
+	if err := r.checkOrder(items); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return ErrClosed
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if first := r.offsetOf(&items[0]); first < r.mu.high {
+		return fmt.Errorf("%w: offset %d below high %d", ErrOrder, first, r.mu.high)
+	}
+	for {
+		items = items[r.appendLocked(items):]
+		if len(items) == 0 {
+			return nil
+		}
+		// Full of unread items: wait for the pacer.
+		if r.mu.room == nil {
+			r.mu.room = make(chan struct{})
+		}
+		r.mu.stats.WriterWaits++
+		if err := r.waitLocked(ctx, r.mu.room); err != nil {
+			return err
+		}
+		if r.mu.closed {
+			return ErrClosed
+		}
+	}
+}
+
+// checkOrder reports whether items' offsets strictly increase. It reads only
+// items, so it runs without the lock.
+func (r *Ring[T]) checkOrder(items []T) error {
+	for i := 1; i < len(items); i++ {
+		prev, cur := r.offsetOf(&items[i-1]), r.offsetOf(&items[i])
+		if cur <= prev {
+			return fmt.Errorf("%w: offset %d after %d", ErrOrder, cur, prev)
+		}
+	}
+	return nil
+}
+
+// appendLocked copies as many of items as fit without overwriting an unread
+// item, evicting read items as needed, and returns how many it copied.
+func (r *Ring[T]) appendLocked(items []T) int {
+	c := len(r.mu.buf)
+	free := c - r.mu.n
+	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
+	k := min(len(items), free+read)
+	if k == 0 {
+		return 0
+	}
+	if evict := k - free; evict > 0 {
+		r.mu.low = r.offsetOf(&r.mu.buf[r.physLocked(evict-1)]) + 1
+		r.mu.head = r.physLocked(evict)
+		r.mu.n -= evict
+		r.mu.stats.Evicted += uint64(evict)
+	}
+	tail := r.physLocked(r.mu.n)
+	// The free region starts at tail and may wrap; n+k <= c, so the second
+	// copy never reaches head.
+	m := copy(r.mu.buf[tail:], items[:k])
+	copy(r.mu.buf, items[m:k])
+	r.mu.n += k
+	r.mu.high = r.offsetOf(&items[k-1]) + 1
+	r.mu.lastAppend = r.now()
+	r.mu.stats.Appended += uint64(k)
+	if r.mu.changed != nil {
+		close(r.mu.changed)
+		r.mu.changed = nil
+	}
+	return k
+}
+
+// Read appends to dst the items with offset >= from, in order: up to
+// cap(dst)-len(dst) of them, and at least one. It blocks until at least one
+// exists. It returns an *EvictedError (errors.Is ErrEvicted) if from < Low(),
+// the close error once Close was called and every item >= from has been
+// returned, and ctx.Err() if ctx ends while waiting. Items and a non-nil
+// error never come together. With pacer=true it first records that the
+// pacer has read every item with offset < from, before any waiting, so the
+// writer can go on while the pacer waits. Reading into a dst with spare
+// capacity does not allocate.
+func (r *Ring[T]) Read(ctx context.Context, from int64, dst []T, pacer bool) ([]T, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pacer {
+		r.advancePacerLocked(from)
+	}
+	for {
+		out, ok, err := r.readLocked(from, dst)
+		if ok || err != nil {
+			return out, err
+		}
+		r.mu.stats.ReaderWaits++
+		if err := r.waitLocked(ctx, r.changedLocked()); err != nil {
+			return dst, err
+		}
+	}
+}
+
+// TryRead is Read without blocking: when no item >= from is available yet
+// (and the ring is not closed) it returns dst unchanged and a nil error.
+func (r *Ring[T]) TryRead(from int64, dst []T, pacer bool) ([]T, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pacer {
+		r.advancePacerLocked(from)
+	}
+	out, _, err := r.readLocked(from, dst)
+	return out, err
+}
+
+// readLocked copies items >= from into dst; ok reports whether it copied any.
+func (r *Ring[T]) readLocked(from int64, dst []T) (out []T, ok bool, err error) {
+	if from < r.mu.low {
+		r.mu.stats.Evictions++
+		return dst, false, &EvictedError{From: from, Low: r.mu.low}
+	}
+	i := r.searchLocked(from)
+	if i == r.mu.n {
+		if r.mu.closed {
+			return dst, false, r.mu.closeErr
+		}
+		return dst, false, nil
+	}
+	cnt := min(r.mu.n-i, max(1, cap(dst)-len(dst)))
+	p, c := r.physLocked(i), len(r.mu.buf)
+	if p+cnt <= c {
+		return append(dst, r.mu.buf[p:p+cnt]...), true, nil
+	}
+	dst = append(dst, r.mu.buf[p:]...)
+	return append(dst, r.mu.buf[:p+cnt-c]...), true, nil
+}
+
+// advancePacerLocked records that the pacer has read everything below from
+// and wakes the writer if it waits for that.
+func (r *Ring[T]) advancePacerLocked(from int64) {
+	if from <= r.mu.pacer {
+		return
+	}
+	r.mu.pacer = from
+	if r.mu.room != nil {
+		close(r.mu.room)
+		r.mu.room = nil
+	}
+}
+
+// searchLocked returns the logical index of the first item with offset >=
+// from (n if none). Offsets have gaps, so it bisects instead of computing.
+func (r *Ring[T]) searchLocked(from int64) int {
+	n := r.mu.n
+	if n == 0 || from >= r.mu.high {
+		return n
+	}
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.offsetOf(&r.mu.buf[r.physLocked(m)]) < from {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// physLocked maps logical index i (0 <= i <= capacity) to its slot in buf.
+func (r *Ring[T]) physLocked(i int) int {
+	p := r.mu.head + i
+	if p >= len(r.mu.buf) {
+		p -= len(r.mu.buf)
+	}
+	return p
+}
+
+// waitLocked releases the lock until ch is closed or ctx ends, then takes it
+// again. Callers re-check their condition afterwards.
+func (r *Ring[T]) waitLocked(ctx context.Context, ch <-chan struct{}) error {
+	r.mu.Unlock()
+	defer r.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Changed returns a channel that is closed at the next Append that adds
+// items, or at Close (after Close it returns a closed channel). Callers that
+// select on several things get it, re-check the ring, then wait on it; an
+// Append between the two is not missed. A channel is allocated only when
+// someone asks for one, and shared by everyone who asks before the next
+// change.
+func (r *Ring[T]) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changedLocked()
+}
+
+func (r *Ring[T]) changedLocked() chan struct{} {
+	if r.mu.changed == nil {
+		r.mu.changed = make(chan struct{})
+		if r.mu.closed {
+			close(r.mu.changed)
+		}
+	}
+	return r.mu.changed
+}
+
+// Close marks the end of the writer's stream: readers get err (ErrClosed if
+// nil; io.EOF for a normal end of claim) once they have read every item, a
+// waiting Append returns ErrClosed. Only the first Close counts. The items
+// stay readable.
+func (r *Ring[T]) Close(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return
+	}
+	if err == nil {
+		err = ErrClosed
+	}
+	r.mu.closed, r.mu.closeErr = true, err
+	if r.mu.changed != nil {
+		close(r.mu.changed) // wake waiting readers
+		r.mu.changed = nil  // changedLocked hands out a closed one from now on
+	}
+	if r.mu.room != nil {
+		close(r.mu.room)
+		r.mu.room = nil
+	}
+}
+
+// Covers reports whether a reader at from can read from the ring (from >=
+// Low()), i.e. whether a polling reader may switch back. Offsets at or above
+// High() are covered: Read waits for them.
+func (r *Ring[T]) Covers(from int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return from >= r.mu.low
+}
+
+// Low is the smallest offset still covered: start, then last-evicted+1.
+func (r *Ring[T]) Low() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.low
+}
+
+// High is the last appended offset + 1 (start if none).
+func (r *Ring[T]) High() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.high
+}
+
+// LastAppend is the time of the last Append that added items (zero if none).
+func (r *Ring[T]) LastAppend() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lastAppend
+}
+
+// Len is the number of items held.
+func (r *Ring[T]) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.n
+}
+
+// Cap is the capacity given to New.
+func (r *Ring[T]) Cap() int { return r.capacity }
+
+// Stats returns the ring's counters.
+func (r *Ring[T]) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.stats
+}

@@ -1,0 +1,353 @@
+package buffer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type rec struct {
+	off int64
+	val string
+}
+
+func recOffset(r *rec) int64 { return r.off }
+
+func recs(offs ...int64) []rec {
+	out := make([]rec, len(offs))
+	for i, o := range offs {
+		out[i] = rec{off: o, val: "v"}
+	}
+	return out
+}
+
+func offsets(rs []rec) []int64 {
+	out := make([]int64, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.off)
+	}
+	return out
+}
+
+func span(from, to int64) []int64 {
+	var out []int64
+	for o := from; o < to; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+func read(t *testing.T, r *Ring[rec], from int64, n int, pacer bool) []int64 {
+	t.Helper()
+	got, err := r.TryRead(from, make([]rec, 0, n), pacer)
+	require.NoError(t, err)
+	return offsets(got)
+}
+
+func TestAppendReadGaps(t *testing.T) {
+	r := New(8, 10, recOffset)
+	assert.Equal(t, int64(10), r.Low())
+	assert.Equal(t, int64(10), r.High())
+	assert.Equal(t, 0, r.Len())
+	assert.Equal(t, 8, r.Cap())
+
+	require.NoError(t, r.Append(t.Context(), recs(10, 12, 13, 17)))
+	assert.Equal(t, int64(10), r.Low())
+	assert.Equal(t, int64(18), r.High())
+	assert.Equal(t, 4, r.Len())
+
+	assert.Equal(t, []int64{10, 12, 13, 17}, read(t, r, 10, 10, false))
+	assert.Equal(t, []int64{12, 13, 17}, read(t, r, 11, 10, false), "from inside a gap")
+	assert.Equal(t, []int64{12, 13, 17}, read(t, r, 12, 10, false))
+	assert.Equal(t, []int64{17}, read(t, r, 14, 10, false))
+	assert.Equal(t, []int64{10, 12}, read(t, r, 10, 2, false), "limited by cap(dst)")
+	assert.Empty(t, read(t, r, 18, 10, false), "nothing yet")
+
+	got, err := r.TryRead(12, nil, false)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{12}, offsets(got), "no spare capacity: one item")
+
+	dst := append(make([]rec, 0, 4), rec{off: -1})
+	got, err = r.Read(t.Context(), 13, dst, false)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{-1, 13, 17}, offsets(got), "appends to dst")
+	assert.Equal(t, "v", got[1].val, "items are copied whole")
+}
+
+func TestWrapAround(t *testing.T) {
+	r := New(5, 0, recOffset)
+	var want []int64
+	for o := int64(0); o < 40; o += 3 {
+		require.NoError(t, r.Append(t.Context(), recs(o, o+2)))
+		want = append(want, o, o+2)
+		read(t, r, o+3, 1, true) // the pacer has read everything
+		if len(want) > 5 {
+			want = want[len(want)-5:]
+		}
+		assert.Equal(t, want, read(t, r, r.Low(), 8, false))
+		assert.Equal(t, want[1:], read(t, r, want[0]+1, 8, false))
+	}
+}
+
+func TestEvictionAndCovers(t *testing.T) {
+	r := New(4, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 1, 2, 3)))
+	assert.Equal(t, []int64{0, 1, 2, 3}, read(t, r, 0, 10, true))
+	read(t, r, 4, 10, true) // the pacer moves past 3 (TryRead records it too)
+
+	// Full of read items: the append evicts exactly as many as it needs.
+	require.NoError(t, r.Append(t.Context(), recs(5, 7)))
+	assert.Equal(t, int64(2), r.Low(), "after evicting 1, Low is 2")
+	assert.Equal(t, int64(8), r.High())
+	assert.Equal(t, 4, r.Len())
+
+	_, err := r.TryRead(1, nil, false)
+	require.ErrorIs(t, err, ErrEvicted)
+	var ee *EvictedError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, EvictedError{From: 1, Low: 2}, *ee)
+	_, err = r.Read(t.Context(), 0, make([]rec, 0, 4), false)
+	require.ErrorIs(t, err, ErrEvicted, "Read does not block when evicted")
+
+	assert.False(t, r.Covers(1))
+	assert.True(t, r.Covers(2))
+	assert.True(t, r.Covers(8))
+	assert.True(t, r.Covers(100), "offsets above High are covered (Read waits)")
+	assert.Equal(t, []int64{2, 3, 5, 7}, read(t, r, 2, 10, false))
+
+	// The slot freed by reading is reused lazily: no eviction while there is room.
+	r2 := New(4, 0, recOffset)
+	require.NoError(t, r2.Append(t.Context(), recs(0, 1)))
+	read(t, r2, 2, 1, true)
+	require.NoError(t, r2.Append(t.Context(), recs(2, 3)))
+	assert.Equal(t, int64(0), r2.Low())
+	assert.Equal(t, uint64(0), r2.Stats().Evicted)
+
+	// Eviction across a gap: Low is last evicted + 1, inside the gap.
+	r3 := New(2, 0, recOffset)
+	require.NoError(t, r3.Append(t.Context(), recs(0, 5)))
+	read(t, r3, 6, 1, true)
+	require.NoError(t, r3.Append(t.Context(), recs(9)))
+	assert.Equal(t, int64(1), r3.Low())
+	assert.True(t, r3.Covers(1))
+	assert.Equal(t, []int64{5, 9}, read(t, r3, 1, 4, false))
+}
+
+func TestAppendOrder(t *testing.T) {
+	r := New(4, 10, recOffset)
+	require.ErrorIs(t, r.Append(t.Context(), recs(9)), ErrOrder, "below start")
+	require.ErrorIs(t, r.Append(t.Context(), recs(10, 12, 12)), ErrOrder)
+	require.ErrorIs(t, r.Append(t.Context(), recs(12, 11)), ErrOrder)
+	assert.Equal(t, 0, r.Len(), "a bad batch appends nothing")
+	require.NoError(t, r.Append(t.Context(), recs(10, 12)))
+	require.ErrorIs(t, r.Append(t.Context(), recs(12)), ErrOrder, "below High")
+	require.NoError(t, r.Append(t.Context(), nil))
+	assert.Equal(t, []int64{10, 12}, read(t, r, 0+10, 4, false))
+}
+
+func TestAppendWaitsForPacerOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(4, 0, recOffset)
+		require.NoError(t, r.Append(t.Context(), recs(0, 1, 2, 3)))
+
+		done := make(chan error, 1)
+		go func() { done <- r.Append(t.Context(), recs(span(4, 12)...)) }()
+		synctest.Wait()
+		assert.Empty(t, done, "full of unread items: the writer waits")
+		assert.Equal(t, int64(4), r.High())
+
+		// Non-pacer readers do not release the writer, however far they read.
+		read(t, r, 0, 4, false)
+		read(t, r, 100, 4, false)
+		synctest.Wait()
+		assert.Empty(t, done)
+
+		// The pacer reads 0 and 1; its next Read (from 2) records that, and
+		// the writer appends 4 and 5 over them, then waits again.
+		assert.Equal(t, []int64{0, 1}, read(t, r, 0, 2, true))
+		assert.Equal(t, int64(4), r.High(), "reading 0,1 is recorded at the next read")
+		assert.Equal(t, []int64{2, 3}, read(t, r, 2, 10, true))
+		synctest.Wait()
+		assert.Empty(t, done)
+		assert.Equal(t, int64(2), r.Low())
+		assert.Equal(t, int64(6), r.High())
+
+		// A pacer Read that must wait records its progress first, so the
+		// writer goes on and the pacer wakes with the new items.
+		got := make(chan []int64, 1)
+		go func() {
+			items, err := r.Read(t.Context(), 6, make([]rec, 0, 10), true)
+			assert.NoError(t, err)
+			got <- offsets(items)
+		}()
+		synctest.Wait()
+		assert.Equal(t, []int64{6, 7, 8, 9}, <-got)
+		assert.Empty(t, done, "8..11 still need the pacer to read 6..9")
+		read(t, r, 10, 1, true)
+		synctest.Wait()
+		require.NoError(t, <-done)
+		assert.Equal(t, int64(12), r.High())
+		assert.Equal(t, int64(8), r.Low())
+		assert.Positive(t, r.Stats().WriterWaits)
+	})
+}
+
+func TestCloseDrainsThenErrors(t *testing.T) {
+	r := New(4, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 2, 3)))
+	r.Close(io.EOF)
+	r.Close(errors.New("second close is ignored"))
+
+	got, err := r.Read(t.Context(), 1, make([]rec, 0, 1), false)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2}, offsets(got))
+	got, err = r.Read(t.Context(), 3, make([]rec, 0, 4), false)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{3}, offsets(got))
+	_, err = r.Read(t.Context(), 4, nil, false)
+	require.ErrorIs(t, err, io.EOF)
+	_, err = r.TryRead(4, nil, true)
+	require.ErrorIs(t, err, io.EOF)
+	require.ErrorIs(t, r.Append(t.Context(), recs(4)), ErrClosed)
+	require.ErrorIs(t, r.Append(t.Context(), nil), ErrClosed)
+	assert.Equal(t, int64(4), r.High())
+
+	r2 := New(4, 0, recOffset)
+	r2.Close(nil)
+	_, err = r2.TryRead(0, nil, false)
+	require.ErrorIs(t, err, ErrClosed, "Close(nil) means ErrClosed")
+}
+
+func TestCloseWakesWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(2, 0, recOffset)
+		readErr := make(chan error, 1)
+		go func() {
+			_, err := r.Read(t.Context(), 0, nil, false)
+			readErr <- err
+		}()
+		synctest.Wait()
+		require.NoError(t, r.Append(t.Context(), recs(0, 1)))
+		require.NoError(t, <-readErr, "the append wakes the reader")
+
+		appendErr := make(chan error, 1)
+		go func() { appendErr <- r.Append(t.Context(), recs(2)) }()
+		go func() {
+			_, err := r.Read(t.Context(), 5, nil, false)
+			readErr <- err
+		}()
+		changed := r.Changed()
+		synctest.Wait()
+		assert.Empty(t, appendErr)
+		assert.Empty(t, readErr)
+
+		r.Close(io.EOF)
+		synctest.Wait()
+		require.ErrorIs(t, <-appendErr, ErrClosed)
+		require.ErrorIs(t, <-readErr, io.EOF)
+		assert.True(t, isClosed(changed))
+		assert.True(t, isClosed(r.Changed()), "after Close, Changed is closed")
+	})
+}
+
+func TestContextEndsWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(1, 0, recOffset)
+		ctx, cancel := context.WithCancel(t.Context())
+		readErr := make(chan error, 1)
+		go func() {
+			_, err := r.Read(ctx, 0, nil, true)
+			readErr <- err
+		}()
+		synctest.Wait()
+		assert.Empty(t, readErr)
+		cancel()
+		synctest.Wait()
+		require.ErrorIs(t, <-readErr, context.Canceled)
+
+		// The pacer's cancelled Read recorded nothing (from 0), so the ring
+		// stays full of unread items and the writer waits until its deadline.
+		require.NoError(t, r.Append(t.Context(), recs(0)))
+		start := time.Now()
+		ctx, cancel = context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := r.Append(ctx, recs(1, 2))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, int64(1), r.High())
+	})
+}
+
+func TestChanged(t *testing.T) {
+	r := New(4, 0, recOffset)
+	ch := r.Changed()
+	assert.True(t, ch == r.Changed(), "shared until the next change")
+	assert.False(t, isClosed(ch))
+	require.NoError(t, r.Append(t.Context(), nil))
+	assert.False(t, isClosed(ch), "an empty Append changes nothing")
+	require.NoError(t, r.Append(t.Context(), recs(0)))
+	assert.True(t, isClosed(ch))
+	ch2 := r.Changed()
+	assert.False(t, ch == ch2)
+	assert.False(t, isClosed(ch2))
+}
+
+func TestLastAppend(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	now := t0
+	r := NewWithClock(4, 0, recOffset, func() time.Time { return now })
+	assert.True(t, r.LastAppend().IsZero())
+	require.NoError(t, r.Append(t.Context(), recs(0)))
+	assert.Equal(t, t0, r.LastAppend())
+	now = t0.Add(time.Minute)
+	require.NoError(t, r.Append(t.Context(), nil))
+	assert.Equal(t, t0, r.LastAppend(), "an empty Append is not an append")
+	require.NoError(t, r.Append(t.Context(), recs(1)))
+	assert.Equal(t, now, r.LastAppend())
+
+	assert.NotPanics(t, func() { NewWithClock(1, 0, recOffset, nil).Append(t.Context(), recs(0)) })
+	assert.Panics(t, func() { New(0, 0, recOffset) })
+	assert.Panics(t, func() { New[rec](1, 0, nil) })
+}
+
+// TestNoAllocs: the steady state (append, pacer and follower reads into
+// buffers with capacity, nobody waiting) does not allocate.
+func TestNoAllocs(t *testing.T) {
+	r := New(64, 0, recOffset)
+	batch := recs(span(0, 8)...)
+	dst := make([]rec, 0, 16)
+	var next int64
+	allocs := testing.AllocsPerRun(1000, func() {
+		for i := range batch {
+			batch[i].off = next + int64(i)
+		}
+		if err := r.Append(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Read(context.Background(), next, dst[:0], true)
+		if err != nil || len(got) != 8 {
+			t.Fatal(err, len(got))
+		}
+		if _, err = r.TryRead(r.Low(), dst[:0], false); err != nil {
+			t.Fatal(err)
+		}
+		next += 8
+		_, _ = r.TryRead(next, dst[:0], true)
+	})
+	assert.Zero(t, allocs)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,356 @@
+// Package chaintest runs a chain with no Kafka: records are fed into
+// in-memory partition logs, outputs and commits are captured, and WaitIdle
+// returns once every stage of every partition has completed everything fed —
+// deterministic, no sleeps. It is for the engine's own tests and for users
+// testing their processors inside a real chain (the goka tester idea).
+//
+// A Tester keeps its logs, commits and store across Stop/Start, so a test can
+// stop a chain (cleanly, or abruptly with Crash) and start it again to check
+// what a restart resumes from.
+package chaintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// Tester drives one chain over in-memory partitions of one topic.
+type Tester struct {
+	tb     testing.TB
+	topic  string
+	stages []chain.Stage
+	dec    chain.Decoder
+	opts   []chain.Option
+
+	changed signal
+
+	mu struct {
+		sync.Mutex
+		logs    map[int32]*Log
+		commits map[int32][]Commit
+		outputs []chain.Message
+		acks    AckMode
+		held    []func(error)
+	}
+
+	ch      *chain.Chain
+	running []int32
+	cancel  context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	errs   []error
+}
+
+// Commit is one commit the chain made.
+type Commit struct {
+	Offset   int64
+	Metadata string
+}
+
+// AckMode says how the fake producer acknowledges.
+type AckMode int
+
+const (
+	// AckImmediately acknowledges inside Produce (the default).
+	AckImmediately AckMode = iota
+	// AckAsync acknowledges on a new goroutine, so acknowledgements arrive
+	// in any order.
+	AckAsync
+	// AckHold keeps acknowledgements until Release (simulates a slow broker
+	// or a crash before acknowledgement).
+	AckHold
+)
+
+// Topic is the input topic name the tester uses.
+const Topic = "input"
+
+// New builds a tester for the given chain definition; opts are passed to
+// chain.New after the tester's own (producer, observer), so a test may
+// override them. Without a chain.WithStore option the chain has no store.
+func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
+	t := &Tester{tb: tb, topic: Topic, stages: stages, dec: dec, opts: opts}
+	t.mu.logs = map[int32]*Log{}
+	t.mu.commits = map[int32][]Commit{}
+	tb.Cleanup(func() { t.Stop() })
+	return t
+}
+
+// SetAckMode changes how outputs are acknowledged from now on.
+func (t *Tester) SetAckMode(m AckMode) {
+	t.mu.Lock()
+	t.mu.acks = m
+	t.mu.Unlock()
+}
+
+// Release acknowledges every held output (AckHold) with err.
+func (t *Tester) Release(err error) {
+	t.mu.Lock()
+	held := t.mu.held
+	t.mu.held = nil
+	t.mu.Unlock()
+	for _, done := range held {
+		done(err)
+	}
+}
+
+// Log returns partition p's log, creating it.
+func (t *Tester) Log(p int32) *Log {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.mu.logs[p]
+	if !ok {
+		l = newLog(t.topic, p)
+		t.mu.logs[p] = l
+	}
+	return l
+}
+
+// Start runs the chain over the given partitions (each resumes from its last
+// commit in this tester). It fails the test if the chain is already running.
+func (t *Tester) Start(partitions ...int32) {
+	t.tb.Helper()
+	if t.cancel != nil {
+		t.tb.Fatalf("chaintest: Start while running")
+	}
+	opts := append([]chain.Option{
+		chain.WithProducer(producer{t}),
+		chain.WithObserver(observer{t}),
+		chain.WithOutputTopic("output"),
+		chain.WithDLQTopic("dlq"),
+	}, t.opts...)
+	ch, err := chain.New(t.stages, t.dec, opts...)
+	if err != nil {
+		t.tb.Fatalf("chaintest: %v", err)
+	}
+	t.ch = ch
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	for _, p := range partitions {
+		l := t.Log(p)
+		t.mu.Lock()
+		cs := t.mu.commits[p]
+		t.mu.Unlock()
+		a := chain.Assignment{Topic: t.topic, Partition: p, Committed: -1, Source: l, Committer: committer{t, p}}
+		if n := len(cs); n > 0 {
+			a.Committed, a.Metadata = cs[n-1].Offset, cs[n-1].Metadata
+		} else {
+			// A tester partition starts at the log's beginning, like a
+			// group with auto.offset.reset=earliest.
+			a.Committed = l.Start()
+		}
+		l.mu.Lock()
+		l.cursor = max(a.Committed, 0) // the claim starts at the committed offset
+		l.onFetch = t.changed.notify
+		l.mu.Unlock()
+		t.running = append(t.running, p)
+		t.wg.Go(func() {
+			if err := ch.RunPartition(ctx, a); err != nil {
+				t.errMu.Lock()
+				t.errs = append(t.errs, err)
+				t.errMu.Unlock()
+				t.changed.notify()
+			}
+		})
+	}
+}
+
+// Chain returns the running chain (nil before Start).
+func (t *Tester) Chain() *chain.Chain { return t.ch }
+
+// Stop stops the chain cleanly (drain, final commit) and returns the
+// partitions' errors joined.
+func (t *Tester) Stop() error {
+	if t.cancel == nil {
+		return nil
+	}
+	t.cancel()
+	t.wg.Wait()
+	t.cancel = nil
+	t.running = nil
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	err := errors.Join(t.errs...)
+	t.errs = nil
+	return err
+}
+
+// Append adds records to partition p's log without waiting; Offsets are
+// assigned by the log (Record.Offset is ignored), Topic and Partition set.
+func (t *Tester) Append(p int32, recs ...chain.Record) {
+	t.Log(p).Append(recs...)
+}
+
+// Feed appends records to partition p and waits until the chain is idle.
+func (t *Tester) Feed(p int32, recs ...chain.Record) {
+	t.tb.Helper()
+	t.Append(p, recs...)
+	t.WaitIdle()
+}
+
+// WaitIdle blocks until every stage of every running partition has
+// completed every record in its log (then nothing is in flight), or a
+// partition failed (the test fails). Under testing/synctest idle releases
+// of the gate happen in fake time.
+func (t *Tester) WaitIdle() {
+	t.tb.Helper()
+	for {
+		ch := t.changed.wait()
+		t.errMu.Lock()
+		errs := slices.Clone(t.errs)
+		t.errMu.Unlock()
+		if len(errs) > 0 {
+			t.tb.Fatalf("chaintest: chain failed: %v", errors.Join(errs...))
+		}
+		if t.idle() {
+			return
+		}
+		<-ch
+	}
+}
+
+func (t *Tester) idle() bool {
+	if t.ch == nil {
+		return true
+	}
+	byPart := map[int32]chain.PartitionStats{}
+	for _, ps := range t.ch.Stats() {
+		byPart[ps.Partition] = ps
+	}
+	for _, p := range t.running {
+		l := t.Log(p)
+		end := l.RecordsEnd()
+		ps, ok := byPart[p]
+		if !ok || len(ps.Stages) == 0 {
+			if end > l.Start() {
+				return false // not started yet, or not ready
+			}
+			continue
+		}
+		for _, s := range ps.Stages {
+			if s.Position < end || s.InFlight > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Outputs returns the messages produced to topic so far, in acknowledgement
+// order ("output" is the default output topic, "dlq" the dead-letter topic).
+func (t *Tester) Outputs(topic string) []chain.Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []chain.Message
+	for _, m := range t.mu.outputs {
+		if m.Topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Commits returns the commits made for partition p, oldest first.
+func (t *Tester) Commits(p int32) []Commit {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.mu.commits[p])
+}
+
+// Stats is the running chain's Stats (nil when stopped).
+func (t *Tester) Stats() []chain.PartitionStats {
+	if t.ch == nil {
+		return nil
+	}
+	return t.ch.Stats()
+}
+
+type producer struct{ t *Tester }
+
+func (p producer) Produce(msgs []chain.Message, done func(error)) {
+	t := p.t
+	cp := make([]chain.Message, len(msgs))
+	copy(cp, msgs)
+	t.mu.Lock()
+	mode := t.mu.acks
+	if mode == AckHold {
+		t.mu.held = append(t.mu.held, func(err error) {
+			if err == nil {
+				t.mu.Lock()
+				t.mu.outputs = append(t.mu.outputs, cp...)
+				t.mu.Unlock()
+			}
+			done(err)
+		})
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	ack := func() {
+		t.mu.Lock()
+		t.mu.outputs = append(t.mu.outputs, cp...)
+		t.mu.Unlock()
+		done(nil)
+	}
+	if mode == AckAsync {
+		go ack()
+		return
+	}
+	ack()
+}
+
+type committer struct {
+	t *Tester
+	p int32
+}
+
+func (c committer) Commit(ctx context.Context, offset int64, md string) error {
+	c.t.mu.Lock()
+	prev := c.t.mu.commits[c.p]
+	if n := len(prev); n > 0 && offset < prev[n-1].Offset {
+		c.t.mu.Unlock()
+		return fmt.Errorf("chaintest: commit %d below previous %d", offset, prev[n-1].Offset)
+	}
+	c.t.mu.commits[c.p] = append(prev, Commit{offset, md})
+	c.t.mu.Unlock()
+	c.t.changed.notify()
+	return nil
+}
+
+type observer struct{ t *Tester }
+
+func (o observer) Begin(chain.BeginInfo) {}
+
+func (o observer) Advanced(string, int32, int, int64, time.Time) { o.t.changed.notify() }
+
+func (o observer) Committed(string, int32, int64, string) {}
+
+// signal is a broadcast: wait returns a channel closed by the next notify.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}

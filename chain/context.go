@@ -1,0 +1,126 @@
+package chain
+
+import (
+	"errors"
+	"time"
+)
+
+// Context is what a processor gets for one record: where the record is, the
+// stream time before it, the partition's state, and a way to emit outputs.
+// A Context is valid only during the Process (or Sequence) call it was
+// passed to; it is reused afterwards.
+type Context struct {
+	topic      string
+	partition  int32
+	stage      string
+	offset     int64
+	streamTime time.Time
+	evictWM    func() time.Time
+	st         boundState
+	out        []Message
+}
+
+// Topic is the input topic.
+func (c *Context) Topic() string { return c.topic }
+
+// Partition is the input partition.
+func (c *Context) Partition() int32 { return c.partition }
+
+// Stage is the name of the stage running the processor.
+func (c *Context) Stage() string { return c.stage }
+
+// Offset is the offset of the record being processed.
+func (c *Context) Offset() int64 { return c.offset }
+
+// StreamTime is S(o) of DESIGN §5: the largest event time among the valid
+// records of the partition at offsets below this record (zero if none).
+func (c *Context) StreamTime() time.Time { return c.streamTime }
+
+// EvictionWatermark is a lower bound of the stream time at the position of the
+// chain's slowest stage: no stage will process a record whose StreamTime is
+// below it any more. State that no rule can use at that time may be dropped.
+func (c *Context) EvictionWatermark() time.Time {
+	if c.evictWM == nil {
+		return time.Time{}
+	}
+	return c.evictWM()
+}
+
+// State is the partition's window state, with writes tagged by this record
+// (persisted atomically with the stage position that covers it, DESIGN I4).
+func (c *Context) State() State { return &c.st }
+
+// Emit queues an output record. Outputs are produced after Process returns
+// without error, and the record is complete only when Kafka acknowledged
+// every one of them (DESIGN I5). Outputs of a failed attempt are discarded.
+func (c *Context) Emit(m Message) { c.out = append(c.out, m) }
+
+// Emitted returns the outputs queued so far (for tests of processors).
+func (c *Context) Emitted() []Message { return c.out }
+
+// ErrNoStore is returned by State operations when the chain has no Store.
+var ErrNoStore = errors.New("chain: no state store configured (use WithStore)")
+
+type boundState struct {
+	ss     StageState
+	offset int64
+}
+
+func (b *boundState) Get(key []byte) ([]byte, bool, error) {
+	if b.ss == nil {
+		return nil, false, ErrNoStore
+	}
+	return b.ss.Get(key)
+}
+
+func (b *boundState) Set(key, value []byte, expires time.Time) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.Set(b.offset, key, value, expires)
+}
+
+func (b *boundState) Delete(key []byte) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.Delete(b.offset, key)
+}
+
+// TestContext describes a standalone Context for unit-testing a processor
+// without running a chain.
+type TestContext struct {
+	Topic      string
+	Partition  int32
+	Stage      string
+	Offset     int64
+	StreamTime time.Time
+	// EvictionWatermark is returned by Context.EvictionWatermark.
+	EvictionWatermark time.Time
+	// State is the stage's state handle (e.g. from a store's PartitionStore);
+	// nil gives ErrNoStore on state access.
+	State StageState
+}
+
+// NewTestContext returns a Context for calling a Processor directly in tests.
+func NewTestContext(tc TestContext) *Context {
+	wm := tc.EvictionWatermark
+	return &Context{
+		topic:      tc.Topic,
+		partition:  tc.Partition,
+		stage:      tc.Stage,
+		offset:     tc.Offset,
+		streamTime: tc.StreamTime,
+		evictWM:    func() time.Time { return wm },
+		st:         boundState{ss: tc.State, offset: tc.Offset},
+	}
+}
+
+// reset prepares a reused Context for the record at offset o.
+func (c *Context) reset(o int64, streamTime time.Time) {
+	c.offset = o
+	c.streamTime = streamTime
+	c.st.offset = o
+	clear(c.out)
+	c.out = c.out[:0]
+}

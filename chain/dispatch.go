@@ -1,0 +1,146 @@
+package chain
+
+import (
+	"context"
+	"sync"
+)
+
+// dispatcher runs a key-parallel stage: up to KeyConcurrency workers, each
+// record of a key strictly after the previous one of that key completed
+// processing (its outputs are then already handed to the producer, which
+// keeps per-partition order). Records of a busy key wait in that key's queue;
+// the number of queued and running records is bounded by the stage's
+// in-flight window, because every one of them was begun in the tracker.
+type dispatcher struct {
+	s       *stageRun
+	runCtx  context.Context
+	workCtx context.Context
+	work    chan *job
+	wg      sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		keys map[string]*keyQueue // key → records waiting behind the running one
+		free []*job
+	}
+}
+
+type job struct {
+	ev     Event
+	stream int64
+	next   *job
+}
+
+type keyQueue struct{ head, tail *job }
+
+func newDispatcher(s *stageRun, runCtx, workCtx context.Context) *dispatcher {
+	d := &dispatcher{s: s, runCtx: runCtx, workCtx: workCtx, work: make(chan *job)}
+	d.mu.keys = make(map[string]*keyQueue)
+	for range s.st.KeyConcurrency {
+		pc := s.newContext()
+		d.wg.Go(func() { d.worker(pc) })
+	}
+	return d
+}
+
+// dispatch hands a begun record to a worker, or queues it behind its key.
+// It blocks while every worker is busy.
+func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64) error {
+	d.mu.Lock()
+	j := d.newJobLocked()
+	j.ev, j.stream = *ev, stream
+	if q, busy := d.mu.keys[string(ev.Key)]; busy {
+		if q.tail == nil {
+			q.head = j
+		} else {
+			q.tail.next = j
+		}
+		q.tail = j
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.keys[string(ev.Key)] = &keyQueue{}
+	d.mu.Unlock()
+	select {
+	case d.work <- j:
+		return nil
+	case <-ctx.Done():
+		d.finishKey(j, true)
+		d.s.drop()
+		return ctx.Err()
+	}
+}
+
+func (d *dispatcher) newJobLocked() *job {
+	if n := len(d.mu.free); n > 0 {
+		j := d.mu.free[n-1]
+		d.mu.free = d.mu.free[:n-1]
+		return j
+	}
+	return new(job)
+}
+
+func (d *dispatcher) worker(pc *Context) {
+	for {
+		var j *job
+		select {
+		case j = <-d.work:
+		case <-d.runCtx.Done():
+			return
+		}
+		for j != nil {
+			if err := d.s.process(d.runCtx, pc, &j.ev, j.stream); err != nil {
+				d.s.p.fail(err)
+			}
+			stopping := d.runCtx.Err() != nil
+			j = d.finishKey(j, stopping)
+		}
+	}
+}
+
+// finishKey releases j and returns the next record of its key, or nil (then
+// the key is no longer busy). When stopping, the key's queued records are
+// abandoned (dropped: not completed, so not committed).
+func (d *dispatcher) finishKey(j *job, stopping bool) *job {
+	key := string(j.ev.Key)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.mu.keys[key]
+	j.ev, j.next = Event{}, nil
+	d.mu.free = append(d.mu.free, j)
+	if stopping {
+		for n := q.head; n != nil; {
+			next := n.next
+			n.ev, n.next = Event{}, nil
+			d.mu.free = append(d.mu.free, n)
+			d.s.drop()
+			n = next
+		}
+		q.head, q.tail = nil, nil
+	}
+	if q.head == nil {
+		delete(d.mu.keys, key)
+		return nil
+	}
+	n := q.head
+	q.head = n.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	n.next = nil
+	return n
+}
+
+// stop waits for the workers; records still queued behind a busy key are
+// dropped (the partition is stopping and they are not committed).
+func (d *dispatcher) stop() {
+	d.wg.Wait()
+	d.mu.Lock()
+	for k, q := range d.mu.keys {
+		for n := q.head; n != nil; n = n.next {
+			d.s.drop()
+		}
+		delete(d.mu.keys, k)
+	}
+	d.mu.Unlock()
+}

@@ -1,0 +1,155 @@
+package chain_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// Test records have values "type|eventTimeSeconds" ("bad" is invalid).
+var base = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+
+func ev(typ string, sec int) string { return fmt.Sprintf("%s|%d", typ, sec) }
+
+var testDecoder = chain.DecoderFunc(func(r *chain.Record) (chain.Decoded, error) {
+	typ, secs, ok := strings.Cut(string(r.Value), "|")
+	if !ok {
+		return chain.Decoded{}, errors.New("no separator")
+	}
+	n, err := strconv.Atoi(secs)
+	if err != nil {
+		return chain.Decoded{}, fmt.Errorf("bad time: %w", err)
+	}
+	return chain.Decoded{Type: typ, Time: base.Add(time.Duration(n) * time.Second)}, nil
+})
+
+func typeFilter(typ string) func(*chain.Event) bool {
+	return func(e *chain.Event) bool { return e.Type == typ }
+}
+
+// recorder counts processor invocations per (stage, offset) and keeps the
+// order each stage processed offsets in.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[string]map[int64]int
+	order map[string][]int64
+	byKey map[string]map[string][]int64
+}
+
+func newRecorder() *recorder {
+	return &recorder{calls: map[string]map[int64]int{}, order: map[string][]int64{}, byKey: map[string]map[string][]int64{}}
+}
+
+func (r *recorder) note(stage string, key []byte, o int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls[stage] == nil {
+		r.calls[stage] = map[int64]int{}
+		r.byKey[stage] = map[string][]int64{}
+	}
+	r.calls[stage][o]++
+	r.order[stage] = append(r.order[stage], o)
+	r.byKey[stage][string(key)] = append(r.byKey[stage][string(key)], o)
+}
+
+// proc returns a processor that records the call, optionally waits (fake
+// time under synctest) and emits one output naming the stage and offset.
+func (r *recorder) proc(emit bool, cost func(o int64) time.Duration) chain.Processor {
+	return chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+		if cost != nil {
+			if d := cost(e.Offset); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+			}
+		}
+		r.note(pc.Stage(), e.Key, e.Offset)
+		if emit {
+			pc.Emit(chain.Message{Key: e.Key, Value: []byte(fmt.Sprintf("%s@%d", pc.Stage(), e.Offset))})
+		}
+		return nil
+	})
+}
+
+func threeStages(r *recorder, emit bool, keyConc int, cost func(o int64) time.Duration) []chain.Stage {
+	return []chain.Stage{
+		{Name: "click", Filter: typeFilter("click"), Processor: r.proc(emit, cost), KeyConcurrency: keyConc},
+		{Name: "install", Filter: typeFilter("install"), Processor: r.proc(emit, cost), KeyConcurrency: keyConc},
+		{Name: "purchase", Filter: typeFilter("purchase"), Processor: r.proc(emit, cost), KeyConcurrency: keyConc},
+	}
+}
+
+// invariantObserver checks I1 at every begin: a follower begins offset o
+// only when its leader's position is > o + d (or > o when the leader is
+// idle), and processes event time t only when the leader's watermark is
+// > t + lateness unless idle. It also checks positions never decrease.
+type invariantObserver struct {
+	t        testing.TB
+	d        int64
+	lateness time.Duration
+
+	mu     sync.Mutex
+	begun  map[int][]int64
+	next   map[int]int64
+	idles  int
+	errs   []string
+	commit int64
+}
+
+func newInvariantObserver(t testing.TB, d int64, lateness time.Duration) *invariantObserver {
+	return &invariantObserver{t: t, d: d, lateness: lateness, begun: map[int][]int64{}, next: map[int]int64{}, commit: -1}
+}
+
+func (o *invariantObserver) Begin(b chain.BeginInfo) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.begun[b.Stage] = append(o.begun[b.Stage], b.Offset)
+	if b.Stage == 0 {
+		return
+	}
+	if b.Idle {
+		o.idles++
+		if b.LeaderNext <= b.Offset {
+			o.errs = append(o.errs, fmt.Sprintf("I1: stage %d began %d with leader at %d (idle)", b.Stage, b.Offset, b.LeaderNext))
+		}
+		return
+	}
+	if b.LeaderNext <= b.Offset+o.d {
+		o.errs = append(o.errs, fmt.Sprintf("I1: stage %d began %d with leader at %d, distance %d", b.Stage, b.Offset, b.LeaderNext, o.d))
+	}
+	if b.Processing && !b.LeaderWatermark.After(b.EventTime.Add(o.lateness)) {
+		o.errs = append(o.errs, fmt.Sprintf("gate: stage %d processed %d (t=%v) with leader watermark %v, lateness %v",
+			b.Stage, b.Offset, b.EventTime, b.LeaderWatermark, o.lateness))
+	}
+}
+
+func (o *invariantObserver) Advanced(_ string, _ int32, stage int, next int64, _ time.Time) {}
+
+func (o *invariantObserver) Committed(_ string, _ int32, off int64, _ string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if off < o.commit {
+		o.errs = append(o.errs, fmt.Sprintf("I3: commit went backwards %d -> %d", o.commit, off))
+	}
+	o.commit = off
+}
+
+func (o *invariantObserver) check() {
+	o.t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.errs) > 0 {
+		o.t.Fatalf("%d invariant violations, first: %s", len(o.errs), o.errs[0])
+	}
+}

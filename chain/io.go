@@ -1,0 +1,111 @@
+package chain
+
+import (
+	"context"
+	"time"
+
+	"github.com/differential-dev/differential/commit"
+)
+
+// Source is one assigned partition's input, as the Kafka adapter (or the
+// chaintest tester) provides it. The engine calls Fetch from one goroutine
+// (the partition's fetcher) and Poll from polling followers.
+type Source interface {
+	// Fetch appends to dst the next records of the partition's main stream,
+	// in offset order, blocking until at least one is available. It returns
+	// io.EOF when the claim ends (partition revoked or consumer closing) and
+	// ctx.Err() when ctx ends.
+	Fetch(ctx context.Context, dst []Record) ([]Record, error)
+	// HighWatermark is the partition's high watermark as last seen, or -1.
+	HighWatermark() int64
+	// Poll opens an independent reader of the partition starting at offset
+	// from, for a follower that fell out of the handoff buffer.
+	Poll(ctx context.Context, from int64) (Poller, error)
+}
+
+// Poller is a follower's own reader of a partition (polling mode).
+type Poller interface {
+	// Fetch appends to dst records at or after the poller's position,
+	// blocking until at least one is available.
+	Fetch(ctx context.Context, dst []Record) ([]Record, error)
+	Close() error
+}
+
+// Committer commits a partition's consumed offset with metadata to Kafka.
+// Commit returns once Kafka acknowledged it (or failed).
+type Committer interface {
+	Commit(ctx context.Context, offset int64, metadata string) error
+}
+
+// Producer sends output and dead-letter records to Kafka.
+type Producer interface {
+	// Produce hands msgs to Kafka asynchronously and calls done exactly once:
+	// with nil after every message is acknowledged, or with the first error.
+	// It must not retain the msgs slice after returning (the byte slices the
+	// messages point to stay valid). done may run on any goroutine and must
+	// not block.
+	Produce(msgs []Message, done func(error))
+}
+
+// Store owns the durable window state and stage checkpoints of the
+// partitions this process runs (the Pebble store implements it; so does an
+// in-memory one for tests).
+type Store interface {
+	OpenPartition(topic string, partition int32, stages []string) (PartitionStore, error)
+}
+
+// PartitionStore is one partition's state. Safe for concurrent use.
+type PartitionStore interface {
+	// Checkpoints returns each stage's persisted checkpoint, in the order of
+	// the stages given to OpenPartition, and ok=false when none was persisted.
+	Checkpoints() (cps []commit.Checkpoint, ok bool, err error)
+	// Stage returns the write handle of stage i.
+	Stage(i int) StageState
+	// Checkpoint persists, in one atomic synced batch, for every stage i the
+	// writes it made for records with offset < cps[i].Next, together with
+	// cps[i] itself; writes of later records stay pending. It also deletes
+	// entries whose expiry is <= evictBefore (when non-zero).
+	Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error
+	// Reset deletes every persisted and pending entry and checkpoint of the
+	// partition (used when the local state is older than the group's commit).
+	Reset() error
+	// Close drops pending (uncheckpointed) writes and in-memory resources;
+	// persisted state stays.
+	Close() error
+}
+
+// StageState is one stage's access to its partition's state. Reads see all
+// stages' writes, pending or persisted. Writes are tagged with the offset of
+// the record that made them.
+type StageState interface {
+	Get(key []byte) (value []byte, ok bool, err error)
+	Set(offset int64, key, value []byte, expires time.Time) error
+	Delete(offset int64, key []byte) error
+}
+
+// Clock is the engine's source of time; tests replace it (or run under
+// testing/synctest with the real one).
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer the engine uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }
+
+// RealClock is the wall clock.
+var RealClock Clock = realClock{}

@@ -1,0 +1,226 @@
+package chain
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	metrics "github.com/rcrowley/go-metrics"
+)
+
+// Option configures a Chain. Each option's doc states its default.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	offsetDistance  int64
+	lateness        time.Duration
+	idleTimeout     time.Duration
+	bufferSize      int
+	batchSize       int
+	inFlight        int
+	commitInterval  time.Duration
+	shutdownTimeout time.Duration
+	maxRetries      int
+	retryBackoff    time.Duration
+	maxRetryBackoff time.Duration
+	outputTopic     string
+	dlqTopic        string
+	store           Store
+	producer        Producer
+	clock           Clock
+	logger          *slog.Logger
+	registry        metrics.Registry
+	observer        Observer
+}
+
+func defaultConfig() config {
+	return config{
+		offsetDistance:  0,
+		lateness:        0,
+		idleTimeout:     time.Second,
+		bufferSize:      8192,
+		batchSize:       256,
+		inFlight:        1024,
+		commitInterval:  time.Second,
+		shutdownTimeout: 30 * time.Second,
+		maxRetries:      5,
+		retryBackoff:    10 * time.Millisecond,
+		maxRetryBackoff: time.Second,
+		clock:           RealClock,
+		logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.offsetDistance < 0:
+		return fmt.Errorf("chain: offset distance must be >= 0, got %d", c.offsetDistance)
+	case c.lateness < 0:
+		return fmt.Errorf("chain: lateness must be >= 0, got %v", c.lateness)
+	case c.idleTimeout <= 0:
+		return fmt.Errorf("chain: idle timeout must be > 0, got %v", c.idleTimeout)
+	case c.bufferSize < 2:
+		return fmt.Errorf("chain: buffer size must be >= 2 records, got %d", c.bufferSize)
+	case c.batchSize < 1 || c.batchSize > c.bufferSize:
+		return fmt.Errorf("chain: batch size must be in [1, buffer size %d], got %d", c.bufferSize, c.batchSize)
+	case c.offsetDistance >= int64(c.bufferSize):
+		return fmt.Errorf("chain: offset distance %d must be smaller than the buffer size %d, or every follower would always poll Kafka itself", c.offsetDistance, c.bufferSize)
+	case c.inFlight < 1:
+		return fmt.Errorf("chain: in-flight window must be >= 1, got %d", c.inFlight)
+	case c.commitInterval <= 0:
+		return fmt.Errorf("chain: commit interval must be > 0, got %v", c.commitInterval)
+	case c.shutdownTimeout <= 0:
+		return fmt.Errorf("chain: shutdown timeout must be > 0, got %v", c.shutdownTimeout)
+	case c.maxRetries < 0:
+		return fmt.Errorf("chain: max retries must be >= 0, got %d", c.maxRetries)
+	case c.retryBackoff <= 0 || c.maxRetryBackoff < c.retryBackoff:
+		return fmt.Errorf("chain: retry backoff must be > 0 and <= its maximum, got %v and %v", c.retryBackoff, c.maxRetryBackoff)
+	case c.clock == nil:
+		return fmt.Errorf("chain: clock must not be nil")
+	case c.logger == nil:
+		return fmt.Errorf("chain: logger must not be nil")
+	}
+	return nil
+}
+
+// WithOffsetDistance sets the safety distance in offsets: a follower may
+// begin offset o only when its leader's position is > o + d (DESIGN §3a).
+// Must be smaller than the buffer size. Default 0.
+func WithOffsetDistance(d int64) Option {
+	return optionFunc(func(c *config) { c.offsetDistance = d })
+}
+
+// WithLateness sets the event-time safety distance: a follower may process a
+// record with event time t only when its leader's watermark is > t + l
+// (DESIGN §3b). Default 0.
+func WithLateness(l time.Duration) Option {
+	return optionFunc(func(c *config) { c.lateness = l })
+}
+
+// WithIdleTimeout sets how long a leader that has completed everything fetched
+// must see no new record before its followers are released from the gate, so
+// the tail of a log never stalls. Default 1s.
+func WithIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.idleTimeout = d })
+}
+
+// WithBufferSize sets the per-partition handoff buffer capacity in records.
+// The fetcher waits for the first stage when it holds this many unread
+// records; followers that fall further behind poll Kafka themselves.
+// Default 8192.
+func WithBufferSize(n int) Option {
+	return optionFunc(func(c *config) { c.bufferSize = n })
+}
+
+// WithBatchSize sets how many records a stage takes from the buffer (or its
+// poller) at once. Default 256.
+func WithBatchSize(n int) Option {
+	return optionFunc(func(c *config) { c.batchSize = n })
+}
+
+// WithInFlight sets the per-stage window of records begun but not completed
+// (processing, or waiting for their outputs' acknowledgement). A stage waits
+// when it is full. Default 1024.
+func WithInFlight(n int) Option {
+	return optionFunc(func(c *config) { c.inFlight = n })
+}
+
+// WithCommitInterval sets how often stage checkpoints are persisted and the
+// partition's offset is committed (also on revoke and shutdown). Default 1s.
+func WithCommitInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.commitInterval = d })
+}
+
+// WithShutdownTimeout bounds how long a stopping partition waits for its
+// in-flight records before the final commit. Default 30s.
+func WithShutdownTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.shutdownTimeout = d })
+}
+
+// WithRetry sets how often a failing record is retried (max, default 5) and
+// the exponential backoff between attempts (base default 10ms, capped at max
+// default 1s). After the last attempt the record is dead-lettered.
+func WithRetry(max int, base, maxBackoff time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.maxRetries, c.retryBackoff, c.maxRetryBackoff = max, base, maxBackoff
+	})
+}
+
+// WithOutputTopic sets the topic of emitted messages that name none.
+// Default "" (such messages are an error).
+func WithOutputTopic(t string) Option {
+	return optionFunc(func(c *config) { c.outputTopic = t })
+}
+
+// WithDLQTopic sets the dead-letter topic. Default "": dead-lettered records
+// are only logged and counted (no Kafka write).
+func WithDLQTopic(t string) Option {
+	return optionFunc(func(c *config) { c.dlqTopic = t })
+}
+
+// WithStore sets the state store. Default nil: State() operations fail with
+// ErrNoStore and checkpoints live only in commit metadata.
+func WithStore(s Store) Option {
+	return optionFunc(func(c *config) { c.store = s })
+}
+
+// WithProducer sets the producer of outputs and dead letters. Default nil:
+// emitting fails the record fatally.
+func WithProducer(p Producer) Option {
+	return optionFunc(func(c *config) { c.producer = p })
+}
+
+// WithClock replaces the wall clock (tests). Default RealClock.
+func WithClock(cl Clock) Option {
+	return optionFunc(func(c *config) { c.clock = cl })
+}
+
+// WithLogger sets the structured logger. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithMetrics registers per-partition, per-stage gauges in r (the registry
+// sarama reports into); they are unregistered when the partition stops.
+// Default nil: no registration (Stats still works).
+func WithMetrics(r metrics.Registry) Option {
+	return optionFunc(func(c *config) { c.registry = r })
+}
+
+// WithObserver installs hooks called on every stage completion and commit
+// (tests and invariant checkers). Default nil.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) { c.observer = o })
+}
+
+// Observer receives engine events; implementations must be fast and safe for
+// concurrent use. Used by tests to check invariants at every step.
+type Observer interface {
+	// Begin is called when a stage begins (processes or skips) a record,
+	// after the gate let it through.
+	Begin(BeginInfo)
+	// Advanced is called when a stage's position moves to next (watermark wm).
+	Advanced(topic string, partition int32, stage int, next int64, wm time.Time)
+	// Committed is called after Kafka acknowledged a commit.
+	Committed(topic string, partition int32, offset int64, metadata string)
+}
+
+// BeginInfo describes one record a stage begins, with the leader's published
+// checkpoint at the instant the gate released it.
+type BeginInfo struct {
+	Topic      string
+	Partition  int32
+	Stage      int
+	Offset     int64
+	EventTime  time.Time
+	Processing bool // the stage processes it (false: skips it)
+	// LeaderNext is -1 for the first stage.
+	LeaderNext      int64
+	LeaderWatermark time.Time
+	// Idle: the gate released it because the leader was idle.
+	Idle bool
+}

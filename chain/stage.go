@@ -1,0 +1,20 @@
+package chain
+
+// Stage is one event-type consumer of a chain: a name, a filter choosing the
+// records it processes (the others it skips, which also completes them), and
+// a processor.
+type Stage struct {
+	// Name identifies the stage in commit metadata, state and metrics. Unique
+	// within a chain; stable across restarts (positions are stored by name).
+	Name string
+	// Filter reports whether the stage processes a valid event; nil accepts
+	// every valid event. Invalid events (Event.Err != nil) are never passed
+	// to Filter or Process.
+	Filter func(ev *Event) bool
+	// Processor handles accepted events. Required.
+	Processor Processor
+	// KeyConcurrency > 1 lets up to that many records of different keys be
+	// processed at once within the stage; records of one key stay strictly in
+	// offset order. 0 or 1 (the default) is strict partition order.
+	KeyConcurrency int
+}

@@ -1,0 +1,518 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/differential-dev/differential/buffer"
+	"github.com/differential-dev/differential/commit"
+)
+
+const (
+	modeBuffered int32 = iota
+	modePolling
+)
+
+// stageRun is one stage of one partition. Its goroutine (loop) owns the
+// cursor, the stream time and the mode; completions may arrive from any
+// goroutine (workers, producer acknowledgements) and go through mu.
+type stageRun struct {
+	p      *partitionRun
+	idx    int
+	name   string
+	st     Stage
+	seq    Sequencer
+	leader *stageRun
+	state  StageState
+
+	// Published checkpoint, read lock-free by the follower's gate, the
+	// commit loop and Stats. Stored under mu, next before wm (see complete).
+	next atomic.Int64
+	wm   atomic.Int64 // unix nanos; 0 = none
+	// progress is notified whenever next advances.
+	progress signal
+
+	mu      sync.Mutex
+	tracker *commit.Tracker
+
+	// outstanding counts records begun and neither completed nor dropped;
+	// drained is notified when it may have reached zero.
+	outstanding atomic.Int64
+	drained     signal
+
+	// Owned by the stage goroutine.
+	cursor int64
+	stream int64 // S(cursor): largest valid event time below cursor (unix nanos)
+	batch  []Event
+	recs   []Record
+	poller Poller
+	pc     *Context
+	disp   *dispatcher
+	work   context.Context // processors' context: outlives a stop until the shutdown timeout
+
+	mode                                              atomic.Int32
+	switches, processed, skipped, dlq, retries, idles atomic.Int64
+	lastNext                                          atomic.Int64 // position at the last progress note
+	lastProgress                                      atomic.Int64 // unix nanos of the last observed advance
+}
+
+func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
+	st := p.c.stages[i]
+	s := &stageRun{
+		p: p, idx: i, name: st.Name, st: st,
+		cursor: cp.Next, stream: cp.Watermark,
+		batch: make([]Event, 0, p.c.cfg.batchSize),
+	}
+	s.seq, _ = st.Processor.(Sequencer)
+	if i > 0 {
+		s.leader = p.stages[i-1]
+	}
+	if p.ps != nil {
+		s.state = p.ps.Stage(i)
+	}
+	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
+	s.tracker.SetInitialMeta(cp.Watermark)
+	s.next.Store(cp.Next)
+	s.wm.Store(cp.Watermark)
+	s.lastNext.Store(cp.Next)
+	s.lastProgress.Store(p.c.cfg.clock.Now().UnixNano())
+	s.pc = s.newContext()
+	return s
+}
+
+func (s *stageRun) newContext() *Context {
+	last := s.p.stages[len(s.p.stages)-1]
+	return &Context{
+		topic: s.p.topic, partition: s.p.partition, stage: s.name,
+		evictWM: func() time.Time { return unixTime(lastWM(s.p, last)) },
+		st:      boundState{ss: s.state},
+	}
+}
+
+// lastWM reads the slowest stage's watermark; the last stage's run may not be
+// built yet while contexts are created, so it is looked up lazily.
+func lastWM(p *partitionRun, last *stageRun) int64 {
+	if last == nil {
+		last = p.stages[len(p.stages)-1]
+	}
+	if last == nil {
+		return 0
+	}
+	return last.wm.Load()
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// loop reads the partition in offset order, through the gate, and begins
+// every record: skip, dead-letter, or dispatch to the processor.
+func (s *stageRun) loop(ctx context.Context) error {
+	defer func() {
+		if s.poller != nil {
+			_ = s.poller.Close()
+		}
+	}()
+	for {
+		batch, err := s.read(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for i := range batch {
+			ev := &batch[i]
+			if ev.Offset < s.cursor {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err := s.handle(ctx, ev); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			s.cursor = ev.Offset + 1
+		}
+		clear(batch)
+	}
+}
+
+// read returns the next batch at the stage's cursor: from the handoff buffer,
+// or — when the stage fell behind what the buffer holds — from its own
+// poller, until the buffer covers the cursor again. Records come in offset
+// order in both modes and the cursor only moves past handled records, so a
+// switch neither skips nor repeats an offset (DESIGN I2).
+func (s *stageRun) read(ctx context.Context) ([]Event, error) {
+	ring := s.p.ring
+	for {
+		if s.mode.Load() == modeBuffered {
+			b, err := ring.Read(ctx, s.cursor, s.batch[:0], s.idx == 0)
+			if errors.Is(err, buffer.ErrEvicted) {
+				if s.poller, err = s.p.src.Poll(ctx, s.cursor); err != nil {
+					return nil, fmt.Errorf("stage %q: open poller at %d: %w", s.name, s.cursor, err)
+				}
+				s.mode.Store(modePolling)
+				s.switches.Add(1)
+				s.p.log.Debug("stage switched to polling mode", "stage", s.name, "offset", s.cursor)
+				continue
+			}
+			return b, err
+		}
+		if ring.Covers(s.cursor) {
+			err := s.poller.Close()
+			s.poller = nil
+			s.mode.Store(modeBuffered)
+			s.switches.Add(1)
+			s.p.log.Debug("stage switched back to buffered mode", "stage", s.name, "offset", s.cursor)
+			if err != nil {
+				s.p.log.Warn("closing poller", "stage", s.name, "err", err)
+			}
+			continue
+		}
+		recs, err := s.poller.Fetch(ctx, s.recs[:0])
+		if err != nil {
+			return nil, err
+		}
+		b := s.batch[:0]
+		for i := range recs {
+			b = append(b, s.p.decode(&recs[i]))
+		}
+		clear(recs)
+		s.recs = recs[:0]
+		return b, nil
+	}
+}
+
+// handle begins one record: gate, stream time, tracker, then skip, dead
+// letter or dispatch.
+func (s *stageRun) handle(ctx context.Context, ev *Event) error {
+	valid := ev.Err == nil
+	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
+	if err := s.gate(ctx, ev, accept); err != nil {
+		return err
+	}
+	streamBefore := s.stream
+	if valid {
+		if t := ev.Time.UnixNano(); t > s.stream {
+			s.stream = t
+		}
+	}
+	if !accept && (valid || s.idx > 0) {
+		s.skipped.Add(1)
+		return s.beginComplete(ctx, ev.Offset)
+	}
+	if err := s.begin(ctx, ev.Offset); err != nil {
+		return err
+	}
+	if !valid {
+		// The first stage dead-letters invalid records (DESIGN I7).
+		s.deadLetter(ev, ev.Err)
+		return nil
+	}
+	if s.seq != nil {
+		s.pc.reset(ev.Offset, unixTime(streamBefore))
+		skip, err := s.seq.Sequence(s.pc, ev)
+		switch {
+		case err != nil && IsFatal(err):
+			s.drop()
+			return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: ev.Offset, Err: err}
+		case err != nil:
+			s.deadLetter(ev, err)
+			return nil
+		case skip:
+			s.skipped.Add(1)
+			s.complete(ev.Offset)
+			return nil
+		}
+	}
+	if s.disp != nil {
+		return s.disp.dispatch(ctx, ev, streamBefore)
+	}
+	return s.process(ctx, s.pc, ev, streamBefore)
+}
+
+// gate is the LimitedEventProcessor: a follower begins offset o with event
+// time t only when its leader's position is > o + OffsetDistance and (for
+// records it processes) the leader's watermark is > t + Lateness, or when
+// the leader is idle (then only position > o is required). It waits on the
+// leader's progress signal, or a timer for the idle deadline — never a
+// polling loop.
+func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
+	l := s.leader
+	if l == nil {
+		s.observe(ev, processing, -1, 0, false)
+		return nil
+	}
+	cfg := &s.p.c.cfg
+	o := ev.Offset
+	need := int64(0)
+	if processing {
+		need = ev.Time.UnixNano() + int64(cfg.lateness)
+	}
+	var ch <-chan struct{}
+	for {
+		ln := l.next.Load()
+		lwm := l.wm.Load()
+		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
+			s.observe(ev, processing, ln, lwm, false)
+			return nil
+		}
+		if ch == nil {
+			// Register, then check again before blocking (see signal).
+			ch = l.progress.wait()
+			continue
+		}
+		var timer Timer
+		if ln > o {
+			if caughtUp, at := s.p.leaderIdle(ln); caughtUp {
+				wait := at.Sub(cfg.clock.Now())
+				if wait <= 0 {
+					s.idles.Add(1)
+					s.observe(ev, processing, ln, lwm, true)
+					return nil
+				}
+				timer = cfg.clock.NewTimer(wait)
+			}
+		}
+		var tc <-chan time.Time
+		if timer != nil {
+			tc = timer.C()
+		}
+		select {
+		case <-ch:
+		case <-tc:
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return ctx.Err()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		ch = nil
+	}
+}
+
+func (s *stageRun) observe(ev *Event, processing bool, ln, lwm int64, idle bool) {
+	if o := s.p.c.cfg.observer; o != nil {
+		o.Begin(BeginInfo{
+			Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
+			EventTime: ev.Time, Processing: processing,
+			LeaderNext: ln, LeaderWatermark: unixTime(lwm), Idle: idle,
+		})
+	}
+}
+
+// begin registers offset o in the tracker, waiting while the in-flight window
+// is full. The tracker's meta is the stream time including o: once the
+// position passes o, that is the stage's watermark.
+func (s *stageRun) begin(ctx context.Context, o int64) error {
+	var ch <-chan struct{}
+	for {
+		s.mu.Lock()
+		err := s.tracker.Begin(o, s.stream)
+		s.mu.Unlock()
+		if err == nil {
+			s.outstanding.Add(1)
+			return nil
+		}
+		if !errors.Is(err, commit.ErrWindowFull) {
+			return fmt.Errorf("stage %q: %w", s.name, err)
+		}
+		if ch == nil {
+			ch = s.progress.wait()
+			continue
+		}
+		select {
+		case <-ch:
+			ch = nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// beginComplete begins and completes a skipped record in one step.
+func (s *stageRun) beginComplete(ctx context.Context, o int64) error {
+	if err := s.begin(ctx, o); err != nil {
+		return err
+	}
+	s.complete(o)
+	return nil
+}
+
+// complete marks o done. The new position is published under mu so two
+// completers cannot publish out of order; next is stored before wm, so a
+// reader that sees a watermark also sees a position at least as far.
+func (s *stageRun) complete(o int64) {
+	s.mu.Lock()
+	adv, err := s.tracker.Complete(o)
+	if adv {
+		next, meta := s.tracker.Position()
+		s.next.Store(next)
+		s.wm.Store(meta)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))
+	}
+	if adv {
+		s.progress.notify()
+		if ob := s.p.c.cfg.observer; ob != nil {
+			ob.Advanced(s.p.topic, s.p.partition, s.idx, s.next.Load(), unixTime(s.wm.Load()))
+		}
+	}
+	if s.outstanding.Add(-1) == 0 {
+		s.drained.notify()
+	}
+}
+
+// drop abandons a begun record without completing it: the position stays
+// below it, so it is not committed and will be processed again.
+func (s *stageRun) drop() {
+	if s.outstanding.Add(-1) == 0 {
+		s.drained.notify()
+	}
+}
+
+// process runs the processor with retries, then emits the outputs; the record
+// completes when Kafka acknowledged them (DESIGN I5, I8).
+func (s *stageRun) process(ctx context.Context, pc *Context, ev *Event, stream int64) error {
+	cfg := &s.p.c.cfg
+	backoff := cfg.retryBackoff
+	for attempt := 0; ; attempt++ {
+		pc.reset(ev.Offset, unixTime(stream))
+		err := s.st.Processor.Process(s.work, pc, ev)
+		if err == nil {
+			s.processed.Add(1)
+			return s.emit(pc.out, ev.Offset)
+		}
+		if IsFatal(err) || ctx.Err() != nil || s.work.Err() != nil {
+			// Fatal, or failing because the partition is stopping: leave
+			// the record uncommitted.
+			s.drop()
+			return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: ev.Offset, Err: err}
+		}
+		if IsPermanent(err) || attempt >= cfg.maxRetries {
+			s.deadLetter(ev, err)
+			return nil
+		}
+		s.retries.Add(1)
+		t := cfg.clock.NewTimer(backoff)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			s.drop()
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, cfg.maxRetryBackoff)
+	}
+}
+
+// emit produces msgs and completes o once all are acknowledged.
+func (s *stageRun) emit(msgs []Message, o int64) error {
+	if len(msgs) == 0 {
+		s.complete(o)
+		return nil
+	}
+	cfg := &s.p.c.cfg
+	for i := range msgs {
+		if msgs[i].Topic == "" {
+			if cfg.outputTopic == "" {
+				s.drop()
+				return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o,
+					Err: errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)")}
+			}
+			msgs[i].Topic = cfg.outputTopic
+		}
+	}
+	if cfg.producer == nil {
+		s.drop()
+		return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o,
+			Err: errors.New("stage emitted output but the chain has no producer (WithProducer)")}
+	}
+	cfg.producer.Produce(msgs, func(err error) {
+		if err != nil {
+			s.drop()
+			s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("produce: %w", err)})
+			return
+		}
+		s.complete(o)
+	})
+	return nil
+}
+
+// Dead-letter headers added to the original record's headers.
+const (
+	HeaderDLQReason    = "differential-dlq-reason"
+	HeaderDLQTopic     = "differential-dlq-topic"
+	HeaderDLQPartition = "differential-dlq-partition"
+	HeaderDLQOffset    = "differential-dlq-offset"
+	HeaderDLQStage     = "differential-dlq-stage"
+)
+
+// deadLetter sends the record, unchanged, with the reason and its source in
+// headers to the dead-letter topic; the record completes on acknowledgement.
+func (s *stageRun) deadLetter(ev *Event, reason error) {
+	s.dlq.Add(1)
+	cfg := &s.p.c.cfg
+	s.p.log.Warn("record dead-lettered", "stage", s.name, "offset", ev.Offset, "reason", reason.Error())
+	if cfg.dlqTopic == "" || cfg.producer == nil {
+		s.complete(ev.Offset)
+		return
+	}
+	h := make([]Header, 0, len(ev.Headers)+5)
+	h = append(h, ev.Headers...)
+	h = append(h,
+		Header{Key: []byte(HeaderDLQReason), Value: []byte(reason.Error())},
+		Header{Key: []byte(HeaderDLQTopic), Value: []byte(ev.Topic)},
+		Header{Key: []byte(HeaderDLQPartition), Value: strconv.AppendInt(nil, int64(ev.Partition), 10)},
+		Header{Key: []byte(HeaderDLQOffset), Value: strconv.AppendInt(nil, ev.Offset, 10)},
+		Header{Key: []byte(HeaderDLQStage), Value: []byte(s.name)},
+	)
+	msgs := []Message{{Topic: cfg.dlqTopic, Key: ev.Key, Value: ev.Value, Headers: h}}
+	o := ev.Offset
+	cfg.producer.Produce(msgs, func(err error) {
+		if err != nil {
+			s.drop()
+			s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("produce dead letter: %w", err)})
+			return
+		}
+		s.complete(o)
+	})
+}
+
+// noteProgress records when the position last moved (for stall detection).
+func (s *stageRun) noteProgress(next int64) {
+	if s.lastNext.Swap(next) != next {
+		s.lastProgress.Store(s.p.c.cfg.clock.Now().UnixNano())
+	}
+}
+
+func (s *stageRun) startWorkers(runCtx, workCtx context.Context) {
+	s.work = workCtx
+	if s.st.KeyConcurrency > 1 {
+		s.disp = newDispatcher(s, runCtx, workCtx)
+	}
+}
+
+func (s *stageRun) stopWorkers() {
+	if s.disp != nil {
+		s.disp.stop()
+	}
+}

@@ -1,0 +1,87 @@
+// Package commit owns the per-partition commit state of a chain: which offsets
+// each stage has completed, which offset may be committed to Kafka, and the
+// commit metadata that lets every stage resume at its own position after a
+// restart or a move to another instance (DESIGN.md §3 CommitManager, §4 I3).
+//
+// It knows nothing about Kafka clients: offsets are int64, metadata is a
+// string, and the caller (the chain's committer adapter) talks to the broker.
+//
+// # Tracker: contiguous completion
+//
+// A [Tracker] follows one stage of one partition. The stage begins records in
+// strictly increasing offset order (offsets may have gaps: compaction,
+// transaction markers — a gap is simply never begun) and completes them in any
+// order. Its position is the smallest begun offset that is not completed; every
+// offset below the position is either completed or a gap. The position never
+// decreases, and it never passes an incomplete begun offset: that is what makes
+// it safe to commit even when records complete out of order (key-parallel
+// processing). Each begun record carries an int64 meta (the chain stores the
+// stage's prefix-max event-time watermark there); the tracker reports the meta
+// of the last record of the completed prefix.
+//
+// Memory is bounded by the window given to [NewTracker] (DESIGN.md I9): at most
+// window records may be begun and not yet covered by the position. A record
+// completed out of order keeps its slot until every record before it has
+// completed, so a slow record at the head blocks new Begins once the window is
+// full (head-of-line bound). The slot ring holds strictly increasing offsets;
+// Complete finds a slot in O(1) when offsets are dense and by binary search
+// (O(log window)) otherwise; Begin and Complete allocate nothing unless they
+// return a misuse error.
+//
+// # Manager: what to commit
+//
+// A [Manager] holds one partition's commit state for one group generation
+// (one assignment). Given every stage's [Checkpoint] it returns the offset to
+// commit — the minimum of the stages' positions — and the metadata to commit
+// with it. It guards I3: the committed offset never exceeds any stage's
+// position (it is their minimum), and it never moves backwards within a
+// generation; no stage's position may fall below the last committed offset or
+// below its own position in the last committed metadata ([ErrRegression]).
+//
+// # Metadata format
+//
+// [EncodeMetadata] writes, and [DecodeMetadata] reads, version 1 of the commit
+// metadata. Grammar (ABNF, RFC 5234; literals are case-sensitive here):
+//
+//	metadata  = %s"dfl1:" hash ":" stage *( "," stage )
+//	hash      = 8HEXLC          ; see below, zero-padded lowercase hex
+//	stage     = delta [ "." watermark ]
+//	delta     = b36             ; stage position minus the committed offset (>= 0)
+//	watermark = [ "-" ] b36nz   ; event-time watermark, unix nanoseconds; omitted when 0
+//	b36       = "0" / b36nz
+//	b36nz     = NZ36 *D36       ; base 36, no leading zeros, fits in int64
+//	D36       = %x30-39 / %x61-7A          ; 0-9 a-z
+//	NZ36      = %x31-39 / %x61-7A          ; 1-9 a-z
+//	HEXLC     = %x30-39 / %x61-66          ; 0-9 a-f
+//
+// There is exactly one stage entry per configured stage, in configured order.
+// hash is the 32-bit FNV-1a of, for each stage name in order, the name's
+// length as a uvarint followed by its bytes, then the committed offset as 8
+// bytes big-endian. It binds the metadata to the stage list and to the offset
+// it was committed with, so metadata from a different chain configuration, or
+// left next to an offset that was reset by a tool, is rejected rather than
+// misread. The encoding is canonical: the decoder accepts exactly the strings
+// the encoder produces. Encoded metadata never exceeds [MaxMetadataLen] bytes;
+// any list of at most [MaxStages] stages always fits.
+//
+// Example: committed offset 1000; click at 1042 with watermark
+// 2026-11-29T10:00:00Z (1795946400000000000 ns), install at 1003 with no
+// watermark, purchase at 1000 with watermark -1:
+//
+//	dfl1:3fb71d28:16.dn7lv69i2v40,3,0.-1
+//
+// Compatibility promise: a "dfl1:" string is never reinterpreted. A change of
+// format gets a new version tag, and later versions of this package keep
+// decoding version 1. Anything the decoder does not accept — empty metadata,
+// metadata written by another program, an unknown version, a garbled string,
+// a different stage list or offset — decodes as ok=false, never as an error or
+// a panic; the caller then starts every stage at the committed offset, which
+// reprocesses but never skips a record.
+//
+// # Concurrency
+//
+// [Tracker] and [Manager] are not safe for concurrent use: their owner (the
+// partition's chain) serialises every call, e.g. under the mutex that guards
+// the stage's state. [EncodeMetadata], [DecodeMetadata] and [ValidateStages]
+// are pure functions and may be called from any goroutine.
+package commit

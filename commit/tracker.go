@@ -1,0 +1,186 @@
+package commit
+
+import (
+	"fmt"
+	"math"
+)
+
+// Tracker is the contiguous-completion tracker for one stage of one
+// partition: records are begun in offset order, completed in any order, and
+// Position reports how far the completed prefix reaches. See the package doc
+// for the invariant.
+//
+// A Tracker is not safe for concurrent use; the caller serialises (the chain
+// holds a mutex around it).
+type Tracker struct {
+	// slots is a ring; the occupied slots are slots[head], slots[head+1], …
+	// (n of them, wrapping), with strictly increasing offsets. slots[head] is
+	// never done while n > 0: completed head slots are released at once.
+	slots []slot
+	head  int
+	n     int   // occupied slots: begun and not yet below the position
+	done  int   // occupied slots already completed (out of order)
+	last  int64 // last begun offset; start-1 before the first Begin
+	meta  int64 // meta of the last record of the completed prefix
+	// released is set once a record joined the completed prefix; from then
+	// on meta no longer reports the initial meta.
+	released bool
+}
+
+type slot struct {
+	offset int64
+	meta   int64
+	done   bool
+}
+
+// NewTracker returns a tracker whose position is start (the stage's resume
+// position: the first offset not completed) and that allows at most window
+// records begun and not yet covered by the position. It panics if start < 0
+// or window <= 0: both are configuration errors.
+func NewTracker(start int64, window int) *Tracker {
+	if start < 0 {
+		panic(fmt.Sprintf("commit: NewTracker: negative start %d", start))
+	}
+	if window <= 0 {
+		panic(fmt.Sprintf("commit: NewTracker: window %d must be > 0", window))
+	}
+	return &Tracker{slots: make([]slot, window), last: start - 1}
+}
+
+// Begin registers the next dispatched record at offset, carrying meta.
+// Offsets must be strictly increasing across Begin calls and at least the
+// start; an offset that is skipped is a gap and is never expected to
+// complete. If nothing is in flight, Begin moves the position up to offset
+// (the offsets skipped are gaps), without changing the reported meta.
+//
+// It returns ErrWindowFull (unwrapped) when Occupied() == Window(): the caller
+// waits until a Complete returns advanced=true and retries. It returns a
+// *TrackerError wrapping ErrOutOfOrder when offset <= the last begun offset,
+// offset < start, or offset == math.MaxInt64. On error nothing changes.
+func (t *Tracker) Begin(offset int64, meta int64) error {
+	if offset <= t.last || offset == math.MaxInt64 {
+		return t.misuse("begin", offset, ErrOutOfOrder)
+	}
+	if t.n == len(t.slots) {
+		return ErrWindowFull
+	}
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta}
+	t.n++
+	t.last = offset
+	return nil
+}
+
+// Complete marks a begun offset done; offsets may complete in any order.
+// advanced reports whether the position moved (and so whether slots were
+// freed for Begin). It returns a *TrackerError wrapping ErrDuplicate when the
+// offset is already completed or below the position, or ErrUnknownOffset when
+// it is at or above the position but was never begun. On error nothing
+// changes.
+func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
+	k, ok := t.find(offset)
+	if !ok {
+		next, _ := t.Position()
+		if offset < next {
+			return false, t.misuse("complete", offset, ErrDuplicate)
+		}
+		return false, t.misuse("complete", offset, ErrUnknownOffset)
+	}
+	i := t.ring(k)
+	if t.slots[i].done {
+		return false, t.misuse("complete", offset, ErrDuplicate)
+	}
+	t.slots[i].done = true
+	t.done++
+	if k != 0 {
+		return false, nil
+	}
+	t.release()
+	return true, nil
+}
+
+// release frees the completed slots at the head of the ring.
+func (t *Tracker) release() {
+	for t.n > 0 && t.slots[t.head].done {
+		t.meta = t.slots[t.head].meta
+		t.released = true
+		t.head++
+		if t.head == len(t.slots) {
+			t.head = 0
+		}
+		t.n--
+		t.done--
+	}
+}
+
+// Position returns next, the smallest begun offset not completed — or, when
+// everything begun is complete, the last begun offset + 1 (start if nothing
+// was begun) — and meta, the meta of the last record of the completed prefix
+// (the initial meta, see SetInitialMeta, while no record has completed into
+// the prefix). next never decreases.
+func (t *Tracker) Position() (next int64, meta int64) {
+	if t.n > 0 {
+		return t.slots[t.head].offset, t.meta
+	}
+	return t.last + 1, t.meta
+}
+
+// SetInitialMeta sets the meta that Position reports until the first record
+// joins the completed prefix (a restored watermark). Once a record has, it has
+// no effect. The default is 0.
+func (t *Tracker) SetInitialMeta(meta int64) {
+	if !t.released {
+		t.meta = meta
+	}
+}
+
+// InFlight returns the number of records begun and not completed.
+func (t *Tracker) InFlight() int { return t.n - t.done }
+
+// Occupied returns the number of records begun and not yet covered by the
+// position: InFlight plus records completed out of order behind an
+// incomplete one. Begin returns ErrWindowFull exactly when
+// Occupied() == Window().
+func (t *Tracker) Occupied() int { return t.n }
+
+// Window returns the window given to NewTracker.
+func (t *Tracker) Window() int { return len(t.slots) }
+
+// ring maps the k-th occupied slot (0 = head) to its index in slots.
+func (t *Tracker) ring(k int) int {
+	i := t.head + k
+	if i >= len(t.slots) {
+		i -= len(t.slots)
+	}
+	return i
+}
+
+// find returns k such that the k-th occupied slot holds offset. Offsets in
+// the ring are strictly increasing: a dense run is found by subtraction,
+// otherwise by binary search.
+func (t *Tracker) find(offset int64) (k int, ok bool) {
+	if t.n == 0 {
+		return 0, false
+	}
+	first := t.slots[t.head].offset
+	if offset < first || offset > t.last {
+		return 0, false
+	}
+	if d := offset - first; d < int64(t.n) && t.slots[t.ring(int(d))].offset == offset {
+		return int(d), true
+	}
+	lo, hi := 0, t.n // invariant: slot lo-1 < offset, slot hi >= offset
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.slots[t.ring(mid)].offset < offset {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, lo < t.n && t.slots[t.ring(lo)].offset == offset
+}
+
+func (t *Tracker) misuse(op string, offset int64, sentinel error) error {
+	next, _ := t.Position()
+	return &TrackerError{Op: op, Offset: offset, Next: next, LastBegun: t.last, Err: sentinel}
+}

@@ -1,0 +1,272 @@
+package commit
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pos is Position as one comparable value, for assertions.
+type pos struct{ next, meta int64 }
+
+func position(tr *Tracker) pos {
+	n, m := tr.Position()
+	return pos{n, m}
+}
+
+func complete(t *testing.T, tr *Tracker, offset int64) bool {
+	t.Helper()
+	advanced, err := tr.Complete(offset)
+	require.NoError(t, err, "complete %d", offset)
+	return advanced
+}
+
+func TestTrackerInOrder(t *testing.T) {
+	tr := NewTracker(100, 2)
+	assert.Equal(t, pos{100, 0}, position(tr))
+	for o := int64(100); o < 110; o++ {
+		require.NoError(t, tr.Begin(o, o*10))
+		assert.Equal(t, pos{o, (o - 1) * 10 * b2i(o > 100)}, position(tr), "after begin %d", o)
+		assert.Equal(t, 1, tr.InFlight())
+		assert.True(t, complete(t, tr, o))
+		assert.Equal(t, pos{o + 1, o * 10}, position(tr), "after complete %d", o)
+		assert.Equal(t, 0, tr.InFlight())
+		assert.Equal(t, 0, tr.Occupied())
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestTrackerOutOfOrder(t *testing.T) {
+	tr := NewTracker(0, 8)
+	for o := range int64(5) {
+		require.NoError(t, tr.Begin(o, 100+o))
+	}
+	steps := []struct {
+		complete int64
+		advanced bool
+		want     pos
+		inFlight int
+		occupied int
+	}{
+		{3, false, pos{0, 0}, 4, 5},
+		{1, false, pos{0, 0}, 3, 5},
+		{0, true, pos{2, 101}, 2, 3},
+		{4, false, pos{2, 101}, 1, 3},
+		{2, true, pos{5, 104}, 0, 0},
+	}
+	for _, s := range steps {
+		assert.Equal(t, s.advanced, complete(t, tr, s.complete), "complete %d", s.complete)
+		assert.Equal(t, s.want, position(tr), "after complete %d", s.complete)
+		assert.Equal(t, s.inFlight, tr.InFlight(), "in flight after complete %d", s.complete)
+		assert.Equal(t, s.occupied, tr.Occupied(), "occupied after complete %d", s.complete)
+	}
+}
+
+// Offsets with gaps (compaction, transaction markers): a gap is never begun
+// and never holds the position back.
+func TestTrackerGaps(t *testing.T) {
+	tr := NewTracker(10, 4)
+	assert.Equal(t, int64(10), next(tr))
+	require.NoError(t, tr.Begin(15, 1)) // 10..14 are gaps
+	assert.Equal(t, int64(15), next(tr))
+	require.NoError(t, tr.Begin(17, 2))
+	require.NoError(t, tr.Begin(20, 3))
+	assert.False(t, complete(t, tr, 17))
+	assert.Equal(t, int64(15), next(tr))
+	assert.True(t, complete(t, tr, 15))
+	assert.Equal(t, pos{20, 2}, position(tr))
+	assert.True(t, complete(t, tr, 20))
+	assert.Equal(t, pos{21, 3}, position(tr))
+	require.NoError(t, tr.Begin(30, 4))
+	assert.Equal(t, pos{30, 3}, position(tr), "begin over a gap moves next, not meta")
+}
+
+func next(tr *Tracker) int64 {
+	n, _ := tr.Position()
+	return n
+}
+
+// Binary search over sparse offsets in a wrapped ring.
+func TestTrackerSparseWrapped(t *testing.T) {
+	tr := NewTracker(0, 5)
+	offsets := []int64{0, 3, 4, 9, 100, 101, 1000, 1003, 5000, 5001, 5002, 9999}
+	begun := 0
+	for len(offsets) > 0 {
+		for begun < len(offsets) && tr.Begin(offsets[begun], offsets[begun]) == nil {
+			begun++
+		}
+		// Complete the begun ones newest first: only the last Complete
+		// (the head) advances.
+		for i := begun - 1; i >= 0; i-- {
+			assert.Equal(t, i == 0, complete(t, tr, offsets[i]), "complete %d", offsets[i])
+		}
+		assert.Equal(t, pos{offsets[begun-1] + 1, offsets[begun-1]}, position(tr))
+		offsets, begun = offsets[begun:], 0
+	}
+}
+
+func TestTrackerWindowFull(t *testing.T) {
+	tr := NewTracker(0, 3)
+	assert.Equal(t, 3, tr.Window())
+	for o := range int64(3) {
+		require.NoError(t, tr.Begin(o, 0))
+	}
+	assert.Same(t, ErrWindowFull, tr.Begin(3, 0), "full: exactly the sentinel")
+
+	// Completions behind an incomplete head free no slot.
+	assert.False(t, complete(t, tr, 2))
+	assert.False(t, complete(t, tr, 1))
+	assert.Equal(t, 1, tr.InFlight())
+	assert.Equal(t, 3, tr.Occupied())
+	assert.ErrorIs(t, tr.Begin(3, 0), ErrWindowFull)
+	assert.Equal(t, int64(0), next(tr))
+
+	assert.True(t, complete(t, tr, 0))
+	assert.Equal(t, 0, tr.Occupied())
+	require.NoError(t, tr.Begin(3, 0), "the failed Begin left no trace")
+	assert.Equal(t, int64(3), next(tr))
+}
+
+func TestTrackerBeginOutOfOrder(t *testing.T) {
+	tr := NewTracker(10, 4)
+	for _, o := range []int64{9, 0} {
+		assertTrackerError(t, tr.Begin(o, 0), ErrOutOfOrder, "begin", o)
+	}
+	require.NoError(t, tr.Begin(10, 0))
+	require.NoError(t, tr.Begin(12, 0))
+	for _, o := range []int64{12, 11, 10, math.MaxInt64} {
+		assertTrackerError(t, tr.Begin(o, 0), ErrOutOfOrder, "begin", o)
+	}
+	assert.Equal(t, 2, tr.InFlight(), "failed Begins change nothing")
+	require.NoError(t, tr.Begin(13, 0))
+}
+
+func TestTrackerDuplicate(t *testing.T) {
+	tr := NewTracker(0, 4)
+	for o := range int64(3) {
+		require.NoError(t, tr.Begin(o, 0))
+	}
+	assert.False(t, complete(t, tr, 2))
+	_, err := tr.Complete(2) // still in the ring, marked done
+	assertTrackerError(t, err, ErrDuplicate, "complete", 2)
+	assert.True(t, complete(t, tr, 0))
+	_, err = tr.Complete(0) // released: below the position
+	assertTrackerError(t, err, ErrDuplicate, "complete", 0)
+	assert.Equal(t, 1, tr.InFlight(), "failed Completes change nothing")
+	assert.Equal(t, int64(1), next(tr))
+}
+
+func TestTrackerUnknownOffset(t *testing.T) {
+	tr := NewTracker(5, 4)
+	_, err := tr.Complete(5) // nothing begun
+	assertTrackerError(t, err, ErrUnknownOffset, "complete", 5)
+	require.NoError(t, tr.Begin(6, 0))
+	require.NoError(t, tr.Begin(9, 0))
+	for _, o := range []int64{7, 8, 10, math.MaxInt64} { // gaps, beyond the last begun
+		_, err := tr.Complete(o)
+		assertTrackerError(t, err, ErrUnknownOffset, "complete", o)
+	}
+	assert.Equal(t, 2, tr.InFlight())
+}
+
+func assertTrackerError(t *testing.T, err, sentinel error, op string, offset int64) {
+	t.Helper()
+	require.ErrorIs(t, err, sentinel)
+	var te *TrackerError
+	require.True(t, errors.As(err, &te), "%T is a *TrackerError", err)
+	assert.Equal(t, op, te.Op)
+	assert.Equal(t, offset, te.Offset)
+	assert.Contains(t, err.Error(), " offset "+strconv.FormatInt(offset, 10)+" ")
+}
+
+func TestTrackerMeta(t *testing.T) {
+	tr := NewTracker(0, 4)
+	tr.SetInitialMeta(7)
+	assert.Equal(t, pos{0, 7}, position(tr))
+	require.NoError(t, tr.Begin(0, 10))
+	require.NoError(t, tr.Begin(1, 20))
+	require.NoError(t, tr.Begin(2, 30))
+	assert.False(t, complete(t, tr, 1))
+	assert.Equal(t, pos{0, 7}, position(tr), "1 is not in the completed prefix")
+	assert.True(t, complete(t, tr, 0))
+	assert.Equal(t, pos{2, 20}, position(tr), "meta of the last record of the prefix")
+	tr.SetInitialMeta(99)
+	assert.Equal(t, pos{2, 20}, position(tr), "initial meta ignored once a record completed")
+	assert.True(t, complete(t, tr, 2))
+	assert.Equal(t, pos{3, 30}, position(tr))
+}
+
+func TestNewTrackerPanics(t *testing.T) {
+	assert.Panics(t, func() { NewTracker(0, 0) })
+	assert.Panics(t, func() { NewTracker(-1, 1) })
+	assert.NotPanics(t, func() { NewTracker(0, 1) })
+}
+
+func TestTrackerAllocs(t *testing.T) {
+	tr := NewTracker(0, 2)
+	var o int64
+	var errs []error
+	allocs := testing.AllocsPerRun(1000, func() {
+		errs = errs[:0]
+		errs = append(errs, tr.Begin(o, o), tr.Begin(o+2, o)) // sparse: binary search
+		_, err := tr.Complete(o + 2)
+		errs = append(errs, err, tr.Begin(o+3, o)) // window full
+		_, err = tr.Complete(o)
+		errs = append(errs, err)
+		o += 4
+	})
+	assert.Zero(t, allocs)
+	assert.Equal(t, []error{nil, nil, nil, ErrWindowFull, nil}, errs)
+}
+
+func BenchmarkTrackerInOrder(b *testing.B) {
+	tr := NewTracker(0, 1024)
+	b.ReportAllocs()
+	var o int64
+	for b.Loop() {
+		if err := tr.Begin(o, o); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tr.Complete(o); err != nil {
+			b.Fatal(err)
+		}
+		o++
+	}
+}
+
+// BenchmarkTrackerOutOfOrder: per record, with window records in flight,
+// sparse offsets (every other offset is a gap, so lookups binary-search) and
+// completions in a fixed random order. One op = one Begin + one Complete.
+func BenchmarkTrackerOutOfOrder(b *testing.B) {
+	const window = 256
+	perm := permutation(window, 42)
+	tr := NewTracker(0, window)
+	b.ReportAllocs()
+	var base int64
+	i := 0
+	for b.Loop() {
+		if err := tr.Begin(base+2*int64(i), 0); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if i == window {
+			for _, k := range perm {
+				if _, err := tr.Complete(base + 2*int64(k)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			base += 2 * window
+			i = 0
+		}
+	}
+}
