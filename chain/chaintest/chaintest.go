@@ -43,9 +43,9 @@ type Tester struct {
 	ch      *chain.Chain
 	running []int32
 	cancel  context.CancelFunc
-	wg     sync.WaitGroup
-	errMu  sync.Mutex
-	errs   []error
+	wg      sync.WaitGroup
+	errMu   sync.Mutex
+	errs    []error
 }
 
 // Commit is one commit the chain made.
