@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,10 @@ import (
 	"github.com/differential-dev/differential/buffer"
 	"github.com/differential-dev/differential/commit"
 )
+
+// gateSpins is how many times a blocked follower yields before it sleeps on
+// its leader's progress signal.
+const gateSpins = 16
 
 const (
 	modeBuffered int32 = iota
@@ -263,6 +268,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 		need = ev.Time.UnixNano() + int64(cfg.lateness)
 	}
 	var ch <-chan struct{}
+	spins := 0
 	for {
 		ln := l.next.Load()
 		lwm := l.wm.Load()
@@ -271,6 +277,14 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 			return nil
 		}
 		if ch == nil {
+			if spins < gateSpins {
+				// The leader is usually a few records ahead and running on
+				// the other core: yielding a few times is far cheaper than
+				// sleeping on the signal and being woken per record.
+				spins++
+				runtime.Gosched()
+				continue
+			}
 			// Register, then check again before blocking (see signal).
 			ch = l.progress.wait()
 			continue

@@ -26,6 +26,7 @@ type Log struct {
 	// fetchErr, when set, is returned by the main stream's next Fetch.
 	fetchErr error
 	cursor   int64 // main stream position
+	recEnd   int64 // offset after the last record appended
 	onFetch  func()
 }
 
@@ -55,6 +56,7 @@ func (l *Log) Append(recs ...chain.Record) {
 	for _, r := range recs {
 		r.Topic, r.Partition, r.Offset = l.topic, l.partition, l.next
 		l.next++
+		l.recEnd = l.next
 		l.recs = append(l.recs, r)
 	}
 	close(l.changed)
@@ -79,14 +81,25 @@ func (l *Log) End() int64 {
 	return l.next
 }
 
+// Truncate drops the records already read by the main stream (like log
+// retention), keeping offsets; pollers must not need them any more.
+func (l *Log) Truncate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := searchOffset(l.recs, l.cursor)
+	if i == len(l.recs) && i > 0 {
+		l.start = l.recs[i-1].Offset + 1
+	} else if i < len(l.recs) {
+		l.start = l.recs[i].Offset
+	}
+	l.recs = append([]chain.Record(nil), l.recs[i:]...)
+}
+
 // RecordsEnd is the offset after the last record (End without trailing gaps).
 func (l *Log) RecordsEnd() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.recs) == 0 {
-		return l.start
-	}
-	return l.recs[len(l.recs)-1].Offset + 1
+	return max(l.start, l.recEnd)
 }
 
 // Len is the number of records.

@@ -1,0 +1,309 @@
+package attribution
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// Chain returns the click → install → purchase stages (names StageClick,
+// StageInstall, StagePurchase), each filtering by Decoded.Type, for a chain
+// whose Decoder is Decoder(cfg). It panics if cfg is invalid (see
+// Config.Validate). The processors are safe for KeyConcurrency > 1; the
+// engine's follower gate must use cfg.Lateness.
+func Chain(cfg Config) []chain.Stage {
+	cfg.mustValidate("attribution.Chain")
+	return []chain.Stage{
+		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg}},
+		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}},
+		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}},
+	}
+}
+
+func typeFilter(typ string) func(ev *chain.Event) bool {
+	return func(ev *chain.Event) bool { return ev.Type == typ }
+}
+
+var sourceHeaderKey = []byte(SourceHeader)
+
+// payload returns the decoded event; anything else is a wiring error.
+func payload(ev *chain.Event) (*Event, error) {
+	e, ok := ev.Payload.(*Event)
+	if !ok || e == nil {
+		return nil, chain.Fatal(fmt.Errorf("attribution: event payload is %T, not *attribution.Event (the chain must use attribution.Decoder)", ev.Payload))
+	}
+	return e, nil
+}
+
+func corrupt(key []byte, err error) error {
+	return chain.Fatal(fmt.Errorf("attribution: state %q: %w", key, err))
+}
+
+// usable reports whether an entry of time t is still usable at stream time
+// wm by a rule with window w: wm − t ≤ w.
+func usable(t, wm time.Time, w time.Duration) bool { return !wm.After(t.Add(w)) }
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// sequence is the shared deduplication (DESIGN §5 "Duplicates"): a record is
+// a duplicate when an earlier non-duplicate record with the same (type,
+// event_id) has S(o) − time ≤ DedupHorizon. The state keeps, per (type,
+// event_id), the latest time of its non-duplicate records, which decides
+// the rule on its own. State errors are Fatal: the engine dead-letters
+// Sequence errors without retrying, and a store failure must not silently
+// drop records.
+func sequence(cfg *Config, pc *chain.Context, ev *chain.Event) (bool, error) {
+	e, err := payload(ev)
+	if err != nil {
+		return false, err
+	}
+	st := pc.State()
+	key := seenKey(e.Type, e.EventID)
+	v, ok, err := st.Get(key)
+	if err != nil {
+		return false, chain.Fatal(fmt.Errorf("attribution: get %q: %w", key, err))
+	}
+	latest := e.Time
+	if ok {
+		seen, err := decodeSeen(v)
+		if err != nil {
+			return false, corrupt(key, err)
+		}
+		if usable(seen, pc.StreamTime(), cfg.DedupHorizon) {
+			return true, nil
+		}
+		latest = maxTime(seen, e.Time)
+	}
+	if err := st.Set(key, encodeSeen(latest), latest.Add(cfg.DedupHorizon)); err != nil {
+		return false, chain.Fatal(fmt.Errorf("attribution: set %q: %w", key, err))
+	}
+	return false, nil
+}
+
+func emit(pc *chain.Context, user string, value []byte) {
+	pc.Emit(chain.Message{
+		Key:     []byte(user),
+		Value:   value,
+		Headers: []chain.Header{{Key: sourceHeaderKey, Value: SourceValue(pc.Partition(), pc.Offset())}},
+	})
+}
+
+// ClickProcessor is the click stage: it stores each non-duplicate click in
+// its user's click list.
+type ClickProcessor struct{ cfg Config }
+
+// Sequence deduplicates clicks.
+func (p *ClickProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, error) {
+	return sequence(&p.cfg, pc, ev)
+}
+
+// Process appends the click (offset, time, arrival watermark max(S(o), t),
+// event id, campaign, channel) to "c/"+user_id, dropping the clicks no
+// install can use any more (EvictionWatermark − time > Lookback+Lateness).
+// The list's expiry is its latest click time + Lookback + Lateness.
+func (p *ClickProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
+	e, err := payload(ev)
+	if err != nil {
+		return err
+	}
+	st := pc.State()
+	key := clickKey(e.UserID)
+	old, ok, err := st.Get(key)
+	if err != nil {
+		return fmt.Errorf("attribution: get %q: %w", key, err)
+	}
+	wm, win, o := pc.EvictionWatermark(), p.cfg.clickWindow(), pc.Offset()
+	buf := make([]byte, 1, len(old)+64+len(e.EventID)+len(e.CampaignID)+len(e.Channel))
+	buf[0] = stateVersion
+	var latest time.Time
+	if ok {
+		r, err := newReader(old)
+		if err != nil {
+			return corrupt(key, err)
+		}
+		for len(r.b) > 0 {
+			c := r.click()
+			if r.err != nil {
+				return corrupt(key, r.err)
+			}
+			if c.offset != o && usable(c.time, wm, win) {
+				buf = append(buf, c.raw...)
+				latest = maxTime(latest, c.time)
+			}
+		}
+	}
+	if usable(e.Time, wm, win) {
+		buf = appendClick(buf, o, e.Time, maxTime(pc.StreamTime(), e.Time), e)
+		latest = maxTime(latest, e.Time)
+	}
+	if len(buf) == 1 {
+		if ok {
+			return st.Delete(key)
+		}
+		return nil
+	}
+	return st.Set(key, buf, latest.Add(win))
+}
+
+// InstallProcessor is the install stage: it attributes each non-duplicate
+// install to a click, emits the install output and stores the install in
+// its user's install list.
+type InstallProcessor struct{ cfg Config }
+
+// Sequence deduplicates installs.
+func (p *InstallProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, error) {
+	return sequence(&p.cfg, pc, ev)
+}
+
+// Process applies DESIGN §5's install rule. Candidates are the user's
+// stored clicks with time ≤ t, t − time ≤ Lookback, max(S(o), t) − time ≤
+// Lookback+Lateness and (offset < o or arrival ≤ t+Lateness); the winner
+// has the latest time, ties to the larger offset. The engine's gate
+// guarantees every candidate is stored; stored clicks that are not
+// candidates (e.g. at offsets > o that arrived too late) are ignored.
+func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
+	e, err := payload(ev)
+	if err != nil {
+		return err
+	}
+	st := pc.State()
+	o, t, s := pc.Offset(), e.Time, pc.StreamTime()
+	now := maxTime(s, t)
+	lateLimit := t.Add(p.cfg.Lateness)
+
+	ckey := clickKey(e.UserID)
+	clicks, ok, err := st.Get(ckey)
+	if err != nil {
+		return fmt.Errorf("attribution: get %q: %w", ckey, err)
+	}
+	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
+	if ok {
+		r, err := newReader(clicks)
+		if err != nil {
+			return corrupt(ckey, err)
+		}
+		var best clickView
+		found := false
+		for len(r.b) > 0 {
+			c := r.click()
+			if r.err != nil {
+				return corrupt(ckey, r.err)
+			}
+			if c.time.After(t) || t.Sub(c.time) > p.cfg.Lookback ||
+				!usable(c.time, now, p.cfg.clickWindow()) ||
+				(c.offset > o && c.arrival.After(lateLimit)) {
+				continue
+			}
+			if !found || c.time.After(best.time) || (c.time.Equal(best.time) && c.offset > best.offset) {
+				best, found = c, true
+			}
+		}
+		if found {
+			out.Attributed = true
+			out.ClickID = string(best.eventID)
+			out.CampaignID = string(best.campaign)
+			out.Channel = string(best.channel)
+			out.ClickTime = best.time
+		}
+	}
+
+	ikey := installKey(e.UserID)
+	old, ok, err := st.Get(ikey)
+	if err != nil {
+		return fmt.Errorf("attribution: get %q: %w", ikey, err)
+	}
+	wm, ret := pc.EvictionWatermark(), p.cfg.InstallRetention
+	buf := make([]byte, 1, len(old)+32+len(e.EventID)+len(out.CampaignID))
+	buf[0] = stateVersion
+	var latest time.Time
+	if ok {
+		r, err := newReader(old)
+		if err != nil {
+			return corrupt(ikey, err)
+		}
+		for len(r.b) > 0 {
+			in := r.install()
+			if r.err != nil {
+				return corrupt(ikey, r.err)
+			}
+			if in.offset != o && usable(in.time, wm, ret) {
+				buf = append(buf, in.raw...)
+				latest = maxTime(latest, in.time)
+			}
+		}
+	}
+	if usable(t, wm, ret) {
+		buf = appendInstall(buf, o, t, e.EventID, out.CampaignID)
+		latest = maxTime(latest, t)
+	}
+	switch {
+	case len(buf) > 1:
+		err = st.Set(ikey, buf, latest.Add(ret))
+	case ok:
+		err = st.Delete(ikey)
+	}
+	if err != nil {
+		return err
+	}
+	emit(pc, e.UserID, AppendInstall(make([]byte, 0, 256), out))
+	return nil
+}
+
+// PurchaseProcessor is the purchase stage: it attributes each non-duplicate
+// purchase to an install and emits the purchase output. It writes no state
+// besides deduplication.
+type PurchaseProcessor struct{ cfg Config }
+
+// Sequence deduplicates purchases.
+func (p *PurchaseProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, error) {
+	return sequence(&p.cfg, pc, ev)
+}
+
+// Process applies DESIGN §5's purchase rule: among the user's stored
+// installs at offsets < o with max(S(o), t) − time ≤ InstallRetention, the
+// one at the largest offset (the latest in the log).
+func (p *PurchaseProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
+	e, err := payload(ev)
+	if err != nil {
+		return err
+	}
+	st := pc.State()
+	o := pc.Offset()
+	now := maxTime(pc.StreamTime(), e.Time)
+	out := PurchaseOutput{EventID: e.EventID, UserID: e.UserID, Time: e.Time, Revenue: e.RevenueText, Currency: e.Currency}
+	key := installKey(e.UserID)
+	v, ok, err := st.Get(key)
+	if err != nil {
+		return fmt.Errorf("attribution: get %q: %w", key, err)
+	}
+	if ok {
+		r, err := newReader(v)
+		if err != nil {
+			return corrupt(key, err)
+		}
+		var best installView
+		found := false
+		for len(r.b) > 0 {
+			in := r.install()
+			if r.err != nil {
+				return corrupt(key, r.err)
+			}
+			if in.offset < o && usable(in.time, now, p.cfg.InstallRetention) && (!found || in.offset > best.offset) {
+				best, found = in, true
+			}
+		}
+		if found {
+			out.InstallID = string(best.eventID)
+			out.CampaignID = string(best.campaign)
+		}
+	}
+	emit(pc, e.UserID, AppendPurchase(make([]byte, 0, 256), out))
+	return nil
+}

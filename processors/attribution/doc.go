@@ -1,0 +1,74 @@
+// Package attribution is the click → install → purchase attribution chain
+// of DESIGN §5: a Decoder that validates the JSON events, and three stages
+// (Chain) whose processors match installs to clicks and purchases to
+// installs within one partition.
+//
+// # Rules (DESIGN §5, record for record)
+//
+// S(o) is the largest event time among valid records at offsets < o
+// (Context.StreamTime); a click's arrival watermark is A = max(S(o), t).
+//
+//   - Duplicates (Sequence, every stage): a record is a duplicate when an
+//     earlier non-duplicate record with the same (type, event_id) has
+//     S(o) − time ≤ DedupHorizon. Duplicates have no effect and no output.
+//   - Click: stored, with its arrival watermark. No output.
+//   - Install at (o, t): candidates are the user's non-duplicate clicks with
+//     time ≤ t, t − time ≤ Lookback, max(S(o), t) − time ≤ Lookback+Lateness
+//     and (offset < o or A ≤ t+Lateness). Winner: latest time, ties → larger
+//     offset. Output attributed, or organic when there is no candidate.
+//   - Purchase at (o, t): the user's non-duplicate install with the largest
+//     offset < o among those with max(S(o), t) − time ≤ InstallRetention
+//     ("latest" is read as latest in the log, i.e. largest offset, and the
+//     retention condition filters before choosing). Output with that
+//     install's id and campaign, or empty ones.
+//
+// Output records: key = user_id, value = AppendInstall / AppendPurchase
+// (DESIGN §5's field order; times in TimeFormat, RFC 3339 UTC with nine
+// fractional digits; revenue copied verbatim from the input), one header
+// SourceHeader = "<partition>/<offset>" of the input record.
+//
+// # State layout
+//
+//	c/<user_id>               clicks of the user, in offset order:
+//	                          offset, time, arrival, event_id, campaign_id, channel
+//	                          expiry = latest click time + Lookback + Lateness
+//	i/<user_id>               installs of the user, in offset order:
+//	                          offset, time, event_id, campaign_id (empty if organic)
+//	                          expiry = latest install time + InstallRetention
+//	d/<type>/<event_id>       latest time of the non-duplicate records with that id
+//	                          expiry = that time + DedupHorizon
+//
+// Values start with a version byte (1) and use varints; times are Unix
+// nanoseconds (the Decoder only accepts times strictly between MinTime and
+// MaxTime). Each key has a single writer: c/ the click stage, i/ the install
+// stage, d/<type>/ the Sequence of that type's stage, so key-parallel
+// processing (per Kafka key = user_id, which the Decoder enforces) never
+// races on a read-modify-write. The purchase stage only reads.
+//
+// # Eviction and what it guarantees
+//
+// An entry's expiry is the last stream time at which a rule can still use
+// it: the engine must delete it only once the slowest stage's watermark is
+// strictly greater (it passes watermark − 1ns as evictBefore and deletes
+// expiry ≤ evictBefore). On every write the click and install stages also
+// drop list entries that are unusable at Context.EvictionWatermark()
+// (EvictionWatermark − time > Lookback+Lateness, resp. > InstallRetention),
+// and do not store a new entry that is already unusable. Every record a stage
+// will still process has S(o) ≥ EvictionWatermark, and each rule's window
+// condition is monotone in S, so eviction and trimming never change an
+// output; the state of a user is bounded by the clicks/installs within one
+// window. What remains usable at the partition's final stream time is
+// exactly reference.Run's Final snapshot (compare with SnapshotOf +
+// reference.Usable).
+//
+// Candidate clicks at offsets > o exist because the click stage runs ahead
+// of the install stage; the engine's strict gate wm(click) > t+Lateness
+// guarantees every click with A ≤ t+Lateness is stored when the install is
+// processed, and the rule ignores stored clicks with A > t+Lateness, so the
+// result does not depend on how far ahead the click stage is (except under
+// idle release, DESIGN §5).
+//
+// Errors: a payload that is not *Event (wrong Decoder) and corrupt state
+// values are Fatal; state errors are retried in Process and Fatal in
+// Sequence (whose errors the engine dead-letters without retry).
+package attribution

@@ -1,0 +1,5 @@
+//go:build !race
+
+package attribution_test
+
+const raceEnabled = false
