@@ -88,6 +88,14 @@ func (p *partitionRun) restore(a Assignment) error {
 		if persisted, pok, err = p.ps.Checkpoints(); err != nil {
 			return fmt.Errorf("read persisted checkpoints: %w", err)
 		}
+		if !pok {
+			// No complete set of checkpoints (new partition, or a stage
+			// added or renamed): entries a different chain left behind
+			// cannot be matched to positions, so start clean.
+			if err := p.ps.Reset(); err != nil {
+				return fmt.Errorf("reset state without checkpoints: %w", err)
+			}
+		}
 	}
 	var meta []commit.Checkpoint
 	var mok bool

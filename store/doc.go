@@ -1,0 +1,92 @@
+// Package store owns the durable window state and stage checkpoints of the
+// partitions a process runs: [DB] keeps them in one Pebble database per
+// process, [Memory] in an in-memory ordered map (tests, the chaintest
+// tester). Both implement chain.Store with the same code; only the persisted
+// layer (a small internal backend: get, scan a key range, apply a batch
+// atomically) differs.
+//
+// # State of a partition
+//
+// OpenPartition returns a chain.PartitionStore for one topic/partition and
+// its chain's stages. Its state is two layers:
+//
+//   - persisted: what the last committed checkpoint batch left in the
+//     backend;
+//   - pending: per stage, the writes (Set, Delete) the stage made since,
+//     each tagged with the offset of the record that made it, in the order
+//     they were made; and an overlay, key -> latest write, pending or
+//     persisted, kept for the keys that have a pending write.
+//
+// Get (any stage) reads the overlay, else the backend: it sees every write
+// of every stage of the partition, in the order the writes were made.
+//
+// # Atomicity (DESIGN I4)
+//
+// Checkpoint(cps, evictBefore) commits ONE synced batch holding, for each
+// stage i, its pending writes of records with offset < cps[i].Next, merged
+// across stages in the order they were made; the eviction below; and every
+// stage's checkpoint (Next, Watermark). Writes of later records stay
+// pending. Hence, after any crash:
+//
+//	a record's state effect is persisted  <=>  its stage's persisted Next covers it
+//
+// and the persisted state equals applying, in the order they were made,
+// exactly the writes whose offset is below their stage's persisted Next
+// (plus eviction). A pending write that a later, already persisted write to
+// the same key supersedes is dropped instead of written, since writing it
+// would move the key back in time. A stage must not write for a record
+// below the Next it last checkpointed (the chain never does: those records
+// are complete). Nothing pending survives Close or a restart.
+//
+// If a batch fails to commit nothing changes: the writes stay pending and
+// the next Checkpoint persists them.
+//
+// # Eviction
+//
+// Set takes an expiry (zero time: none; times before 1970 count as already
+// expired). Each persisted expiring entry has an index entry ordered by
+// expiry. Checkpoint with a non-zero evictBefore deletes, in the same batch,
+// every entry whose expiry is <= evictBefore in the state after the batch's
+// writes, found through the index; an index entry whose key was since
+// deleted or rewritten with another expiry is stale and only removed. Index
+// entries are written, never updated (that would cost a read per write): a
+// rewrite leaves a stale one behind until its time comes, and eviction reads
+// each candidate entry once to tell. One checkpoint examines at most 100,000
+// persisted index entries; the rest wait for the next one (bounded batches,
+// DESIGN I9). An evicted key whose latest write is persisted reads as absent
+// afterwards; a newer pending write still reads.
+//
+// # Key layout
+//
+// All keys of a partition share the prefix
+//
+//	p/<topic>/<partition: 4 bytes big-endian>/
+//
+// (topics cannot contain '/', so partitions never see each other's keys, and
+// Reset is one range deletion of the prefix), followed by
+//
+//	k/<user key>                  -> <expiry: 8 bytes BE unix ns, 0 = none><user value>
+//	x/<expiry: 8 bytes BE><user key> -> empty (expiry index, expiry >= 1)
+//	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
+//
+// and m/version holds the format version (1) of a Pebble database.
+//
+// # Memory (DESIGN I9)
+//
+// The overlay and pending lists hold only writes not yet checkpointed: they
+// are bounded by the records the chain has in flight plus those completed
+// since the last checkpoint. After a checkpoint commits, overlay entries
+// with no pending write left are dropped.
+//
+// # Concurrency
+//
+// A PartitionStore and its StageStates are safe for concurrent use: stages
+// write concurrently, and so do the records of a key-parallel stage. The
+// partition's mutex is held only for map and slice operations; backend
+// reads of Get run outside it. Checkpoint, Checkpoints, Reset and Close are
+// serialised with each other; a Checkpoint does not block writes or reads
+// while its batch commits. Get returns a slice the caller must not modify.
+// A partition can be open once at a time (ErrPartitionOpen); after Close it
+// can be opened again. DB.Close and Memory.Close close the open partitions
+// first.
+package store

@@ -1,0 +1,41 @@
+package store
+
+import (
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Option configures [OpenPebble].
+type Option interface{ apply(*config) }
+
+type config struct {
+	logger *slog.Logger
+	fs     vfs.FS
+	tune   func(*pebble.Options)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithLogger sends Pebble's log lines to l, with the attribute
+// component=pebble; Pebble's Fatalf logs at error level and then panics.
+// Default: they are discarded.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithFS makes Pebble use fs, e.g. vfs.NewMem() in tests. Default: the
+// operating system's file system (vfs.Default).
+func WithFS(fs vfs.FS) Option {
+	return optionFunc(func(c *config) { c.fs = fs })
+}
+
+// WithPebbleOptions lets fn adjust the Pebble options after the store has
+// set its own (FormatNewest, a 16 MB memtable, a 64 MB block cache). fn must
+// not change FS, Logger or the comparer. Default: none.
+func WithPebbleOptions(fn func(*pebble.Options)) Option {
+	return optionFunc(func(c *config) { c.tune = fn })
+}

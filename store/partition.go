@@ -1,0 +1,578 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/commit"
+)
+
+// maxEvictionsPerCheckpoint bounds the persisted index entries one
+// checkpoint examines for eviction, so that one batch stays bounded after a
+// long pause; the rest are evicted by the following checkpoints.
+const maxEvictionsPerCheckpoint = 100_000
+
+// okey is the overlay entry of one user key: its latest write, pending or
+// persisted, kept while any write to the key is pending.
+type okey struct {
+	key string // immutable
+	// enc is the latest write: <expiry be64><value>, nil for a delete.
+	// Never modified in place (Get returns slices of it).
+	enc []byte
+	// seq is the sequence number of the latest write.
+	seq uint64
+	// floor is the largest seq of a write to key persisted while this entry
+	// existed. A pending write with seq < floor is superseded: a later write
+	// to the key is already persisted, so persisting the older one would
+	// move the key back in time. It is dropped, not written.
+	floor uint64
+	// pending counts the writes to key in the stages' pending lists. The
+	// entry leaves the overlay when it drops to 0: the backend then holds
+	// the key's latest write.
+	pending int
+}
+
+// write is one pending Set (enc != nil) or Delete of a stage.
+type write struct {
+	seq uint64
+	off int64
+	k   *okey
+	enc []byte
+}
+
+// partitionStore implements chain.PartitionStore over a backend.
+//
+// Lock order: ckpt before mu. mu guards the in-memory state and is held only
+// for map and slice operations, never across backend I/O (except in Reset,
+// which is rare). ckpt serialises Checkpoint, Checkpoints, Reset
+// and Close, so that the backend's view of the partition changes only under
+// it and the checkpointer's scratch needs no other lock.
+type partitionStore struct {
+	e          *engine
+	be         backend
+	ks         keyspace
+	id         string // string(ks.prefix), the registry key
+	topic      string
+	partition  int32
+	stages     []string
+	handles    []stageState
+	evictLimit int
+
+	ckpt struct {
+		sync.Mutex
+		n       []int     // len of each pending list at the snapshot
+		taken   [][]write // per stage: the writes this checkpoint persists
+		flushed []write   // taken, merged in seq order
+		kbuf    []byte
+		cands   []string
+		last    map[string]int
+		arena   []byte   // backing of lookups
+		lookups [][]byte // entry keys eviction looks up
+		// evictedThrough: no persisted index entry has an expiry <= it, so
+		// the eviction scan starts above it instead of wading through the
+		// tombstones of earlier evictions.
+		evictedThrough int64
+	}
+
+	mu struct {
+		sync.Mutex
+		closed  bool
+		seq     uint64
+		overlay map[string]*okey
+		pending [][]write // per stage, in seq order (offsets in any order)
+	}
+}
+
+var _ chain.PartitionStore = (*partitionStore)(nil)
+
+func newPartitionStore(e *engine, topic string, partition int32, stages []string) *partitionStore {
+	ks := newKeyspace(topic, partition)
+	p := &partitionStore{
+		e:          e,
+		be:         e.be,
+		ks:         ks,
+		id:         string(ks.prefix),
+		topic:      topic,
+		partition:  partition,
+		stages:     append([]string(nil), stages...),
+		evictLimit: maxEvictionsPerCheckpoint,
+	}
+	p.handles = make([]stageState, len(stages))
+	for i := range p.handles {
+		p.handles[i] = stageState{p: p, stage: i}
+	}
+	p.ckpt.n = make([]int, len(stages))
+	p.ckpt.taken = make([][]write, len(stages))
+	p.mu.overlay = make(map[string]*okey)
+	p.mu.pending = make([][]write, len(stages))
+	return p
+}
+
+func (p *partitionStore) err(op string, err error) error {
+	return &Error{Topic: p.topic, Partition: p.partition, Op: op, Err: err}
+}
+
+// Stage returns the write handle of stage i. It panics if i is out of range.
+func (p *partitionStore) Stage(i int) chain.StageState {
+	if i < 0 || i >= len(p.handles) {
+		panic(fmt.Sprintf("store: stage %d out of range [0,%d)", i, len(p.handles)))
+	}
+	return &p.handles[i]
+}
+
+// get is StageState.Get: the overlay, else the backend.
+func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return nil, false, p.err("get", ErrClosed)
+	}
+	k, ok := p.mu.overlay[string(key)]
+	var enc []byte
+	if ok {
+		enc = k.enc
+	}
+	p.mu.Unlock()
+	if ok {
+		if enc == nil {
+			return nil, false, nil
+		}
+		return userValue(enc), true, nil
+	}
+	return p.getPersisted(key)
+}
+
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
+func (p *partitionStore) getPersisted(key []byte) ([]byte, bool, error) {
+	bp := keyBufs.Get().(*[]byte)
+	*bp = entry((*bp)[:0], p.ks, key)
+	enc, ok, err := p.be.get(*bp)
+	keyBufs.Put(bp)
+	if err != nil || !ok {
+		if err != nil {
+			err = p.err("get", err)
+		}
+		return nil, false, err
+	}
+	if len(enc) < expiryLen {
+		return nil, false, p.err("get", fmt.Errorf("%w: entry %q has %d bytes", ErrCorrupt, key, len(enc)))
+	}
+	return userValue(enc), true, nil
+}
+
+// write records a pending write of stage (enc nil for a delete) and makes it
+// the key's latest value in the overlay.
+func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return p.err(op, ErrClosed)
+	}
+	k := p.mu.overlay[string(key)]
+	if k == nil {
+		k = &okey{key: string(key)}
+		p.mu.overlay[k.key] = k
+	}
+	p.mu.seq++
+	k.enc, k.seq = enc, p.mu.seq
+	k.pending++
+	p.mu.pending[stage] = append(p.mu.pending[stage], write{seq: p.mu.seq, off: off, k: k, enc: enc})
+	return nil
+}
+
+// Checkpoint persists, in one synced batch, every stage's pending writes
+// below its Next (in the order they were made), the eviction of expired
+// entries and every stage's checkpoint. See doc.go.
+func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error {
+	if err := p.checkCheckpoints(cps); err != nil {
+		return p.err("checkpoint", err)
+	}
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	defer p.clearScratch()
+
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return p.err("checkpoint", ErrClosed)
+	}
+	p.takeLocked(cps)
+	p.mu.Unlock()
+
+	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
+	b := p.be.newBatch()
+	p.writeFlushed(b, p.ckpt.flushed)
+	ev := expiryNanos(evictBefore)
+	evicted, complete, err := p.evict(b, p.ckpt.flushed, ev)
+	if err != nil {
+		b.discard()
+		return p.err("checkpoint", err)
+	}
+	for i, cp := range cps {
+		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
+		b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
+	}
+	if err := b.commit(); err != nil {
+		// Nothing was applied and nothing was removed from the pending
+		// lists: a retry persists the same writes.
+		return p.err("checkpoint", err)
+	}
+
+	p.advanceEvictedThrough(p.ckpt.flushed, ev, complete)
+	p.mu.Lock()
+	p.persistedLocked(cps, evicted)
+	p.mu.Unlock()
+	return nil
+}
+
+// advanceEvictedThrough updates ckpt.evictedThrough after a committed batch
+// that evicted up to ev (complete: not cut short by evictLimit) and wrote
+// flushed, whose index entries with an expiry <= ev it deleted.
+func (p *partitionStore) advanceEvictedThrough(flushed []write, ev int64, complete bool) {
+	through := p.ckpt.evictedThrough
+	if complete {
+		through = max(through, ev)
+	}
+	for _, w := range flushed {
+		if w.enc == nil {
+			continue
+		}
+		if exp := valueExpiry(w.enc); exp != 0 && exp > ev && exp <= through {
+			through = exp - 1
+		}
+	}
+	p.ckpt.evictedThrough = through
+}
+
+func (p *partitionStore) checkCheckpoints(cps []commit.Checkpoint) error {
+	if len(cps) != len(p.stages) {
+		return fmt.Errorf("%w: %d checkpoints for %d stages", ErrInvalid, len(cps), len(p.stages))
+	}
+	for i, cp := range cps {
+		if cp.Stage != "" && cp.Stage != p.stages[i] {
+			return fmt.Errorf("%w: checkpoint %d is for stage %q, want %q", ErrInvalid, i, cp.Stage, p.stages[i])
+		}
+	}
+	return nil
+}
+
+// takeLocked copies into ckpt.taken, per stage, the pending writes that this
+// checkpoint persists: offset below the stage's Next and not superseded. It
+// leaves the pending lists alone; persistedLocked removes the writes once
+// the batch has committed.
+func (p *partitionStore) takeLocked(cps []commit.Checkpoint) {
+	for i, l := range p.mu.pending {
+		p.ckpt.n[i] = len(l)
+		next := cps[i].Next
+		taken := p.ckpt.taken[i][:0]
+		for _, w := range l {
+			if w.off < next && w.seq > w.k.floor {
+				taken = append(taken, w)
+			}
+		}
+		p.ckpt.taken[i] = taken
+	}
+}
+
+// mergeBySeq appends the writes of lists (each in seq order) to dst in seq
+// order: the order they were made in, across stages.
+func mergeBySeq(dst []write, lists [][]write) []write {
+	idx := make([]int, len(lists)) // next write of each list
+	for {
+		best := -1
+		for i, l := range lists {
+			if idx[i] < len(l) && (best < 0 || l[idx[i]].seq < lists[best][idx[best]].seq) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return dst
+		}
+		dst = append(dst, lists[best][idx[best]])
+		idx[best]++
+	}
+}
+
+// writeFlushed adds the writes to b: the entry (or its deletion) and, for an
+// expiring entry, its index entry.
+func (p *partitionStore) writeFlushed(b batch, flushed []write) {
+	kb := p.ckpt.kbuf
+	for _, w := range flushed {
+		kb = entry(kb[:0], p.ks, w.k.key)
+		if w.enc == nil {
+			b.del(kb)
+			continue
+		}
+		b.set(kb, w.enc)
+		if exp := valueExpiry(w.enc); exp != 0 {
+			kb = index(kb[:0], p.ks, exp, w.k.key)
+			b.set(kb, nil)
+		}
+	}
+	p.ckpt.kbuf = kb
+}
+
+// evict adds to b the deletion of every entry whose expiry is in [1, ev],
+// judged on the state after this batch's writes, and of the index entries
+// that pointed at them or are stale (the key was rewritten or deleted since).
+// It returns the user keys whose entries it deletes, and complete=false if
+// evictLimit cut the scan of the persisted index short.
+func (p *partitionStore) evict(b batch, flushed []write, ev int64) (evicted []string, complete bool, err error) {
+	if ev == 0 {
+		return nil, true, nil
+	}
+	cands := p.ckpt.cands[:0]
+	complete = true
+	if ev > p.ckpt.evictedThrough {
+		lo, hi := p.ks.indexBounds(p.ckpt.evictedThrough+1, ev)
+		err := p.be.scan(lo, hi, func(k []byte) bool {
+			b.del(k)
+			cands = append(cands, string(p.ks.indexUserKey(k)))
+			complete = len(cands) < p.evictLimit
+			return complete
+		})
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	kb := p.ckpt.kbuf
+	for _, w := range flushed {
+		if w.enc == nil {
+			continue
+		}
+		if exp := valueExpiry(w.enc); exp != 0 && exp <= ev {
+			kb = index(kb[:0], p.ks, exp, w.k.key)
+			b.del(kb) // the index entry written above
+			cands = append(cands, w.k.key)
+		}
+	}
+	p.ckpt.cands = cands
+	if len(cands) == 0 {
+		p.ckpt.kbuf = kb
+		return nil, complete, nil
+	}
+
+	// The last write of each key in this batch decides its state after it;
+	// the other keys are looked up in the backend, in key order.
+	last := p.ckpt.last
+	if last == nil {
+		last = make(map[string]int)
+		p.ckpt.last = last
+	}
+	for i, w := range flushed {
+		last[w.k.key] = i
+	}
+	arena, lookups := p.ckpt.arena[:0], p.ckpt.lookups[:0]
+	for _, key := range cands {
+		i, inBatch := last[key]
+		if i < 0 {
+			continue // already decided
+		}
+		last[key] = -1
+		if !inBatch {
+			n := len(arena)
+			arena = entry(arena, p.ks, key)
+			lookups = append(lookups, arena[n:len(arena):len(arena)])
+			continue
+		}
+		if expiredBy(flushed[i].enc, ev) {
+			kb = entry(kb[:0], p.ks, key)
+			b.del(kb)
+			evicted = append(evicted, key)
+		}
+	}
+	p.ckpt.kbuf = kb
+	p.ckpt.arena, p.ckpt.lookups = arena, lookups
+	slices.SortFunc(lookups, bytes.Compare)
+	err = p.be.getSorted(lookups, func(i int, enc []byte) {
+		if expiredBy(enc, ev) {
+			b.del(lookups[i])
+			evicted = append(evicted, string(lookups[i][len(p.ks.prefix)+2:]))
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return evicted, complete, nil
+}
+
+// expiredBy reports whether enc is a value with an expiry in [1, ev].
+func expiredBy(enc []byte, ev int64) bool {
+	if len(enc) < expiryLen {
+		return false
+	}
+	exp := valueExpiry(enc)
+	return exp != 0 && exp <= ev
+}
+
+// persistedLocked updates the in-memory state after a committed checkpoint:
+// the persisted (or superseded) writes leave the pending lists, overlay
+// entries without pending writes leave the overlay, and an evicted key whose
+// latest write was persisted reads as deleted.
+func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []string) {
+	for i, l := range p.mu.pending {
+		n, next := p.ckpt.n[i], cps[i].Next
+		j := 0
+		for _, w := range l[:n] {
+			if w.off >= next {
+				l[j] = w
+				j++
+				continue
+			}
+			k := w.k
+			k.floor = max(k.floor, w.seq)
+			if k.pending--; k.pending == 0 {
+				delete(p.mu.overlay, k.key)
+			}
+		}
+		j += copy(l[j:], l[n:])
+		clear(l[j:])
+		p.mu.pending[i] = l[:j]
+	}
+	for _, key := range evicted {
+		if k := p.mu.overlay[key]; k != nil && k.seq <= k.floor {
+			k.enc = nil
+		}
+	}
+}
+
+// clearScratch drops the scratch's references to writes and keys, so that a
+// checkpoint does not keep memory alive until the next one.
+func (p *partitionStore) clearScratch() {
+	for i, t := range p.ckpt.taken {
+		clear(t)
+		p.ckpt.taken[i] = t[:0]
+	}
+	clear(p.ckpt.flushed)
+	p.ckpt.flushed = p.ckpt.flushed[:0]
+	clear(p.ckpt.cands)
+	p.ckpt.cands = p.ckpt.cands[:0]
+	clear(p.ckpt.last)
+	clear(p.ckpt.lookups)
+	p.ckpt.lookups = p.ckpt.lookups[:0]
+}
+
+// Checkpoints returns the persisted checkpoints in stage order. ok is false
+// when any stage has none: nothing was ever checkpointed, or the stages
+// differ from those of the persisted state (a stage was added or renamed),
+// in which case the caller should Reset. Checkpoints of stages not in the
+// list are ignored (they stay until Reset).
+func (p *partitionStore) Checkpoints() ([]commit.Checkpoint, bool, error) {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return nil, false, p.err("checkpoints", ErrClosed)
+	}
+	cps := make([]commit.Checkpoint, len(p.stages))
+	for i, s := range p.stages {
+		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, s)
+		v, ok, err := p.be.get(p.ckpt.kbuf)
+		if err != nil {
+			return nil, false, p.err("checkpoints", err)
+		}
+		if !ok {
+			return nil, false, nil
+		}
+		if cps[i], err = decodeCheckpoint(s, v); err != nil {
+			return nil, false, p.err("checkpoints", err)
+		}
+	}
+	return cps, true, nil
+}
+
+func (p *partitionStore) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.closed
+}
+
+// Reset deletes every persisted key of the partition with one synced range
+// deletion, and every pending write. It holds mu across the I/O: it is rare
+// and no reader may see the overlay cleared before the backend is.
+func (p *partitionStore) Reset() error {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return p.err("reset", ErrClosed)
+	}
+	b := p.be.newBatch()
+	b.delRange(p.ks.prefix, p.ks.end())
+	if err := b.commit(); err != nil {
+		return p.err("reset", err)
+	}
+	p.dropLocked()
+	return nil
+}
+
+// Close drops the pending writes and the overlay; persisted state stays.
+// It waits for a checkpoint in progress. Closing twice is a no-op.
+func (p *partitionStore) Close() error {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	p.mu.Lock()
+	closed := p.mu.closed
+	p.mu.closed = true
+	p.dropLocked()
+	p.mu.Unlock()
+	if !closed {
+		p.e.unregister(p)
+	}
+	return nil
+}
+
+func (p *partitionStore) dropLocked() {
+	clear(p.mu.overlay)
+	for i := range p.mu.pending {
+		p.mu.pending[i] = nil
+	}
+}
+
+// encodeCheckpoint: <version 1><next be64><watermark be64>. The stage name
+// is in the key.
+func encodeCheckpoint(cp commit.Checkpoint) []byte {
+	v := make([]byte, 0, checkpointLen)
+	v = append(v, checkpointVersion)
+	v = binary.BigEndian.AppendUint64(v, uint64(cp.Next))
+	return binary.BigEndian.AppendUint64(v, uint64(cp.Watermark))
+}
+
+func decodeCheckpoint(stage string, v []byte) (commit.Checkpoint, error) {
+	if len(v) != checkpointLen || v[0] != checkpointVersion {
+		return commit.Checkpoint{}, fmt.Errorf("%w: checkpoint of stage %q: %x", ErrCorrupt, stage, v)
+	}
+	return commit.Checkpoint{
+		Stage:     stage,
+		Next:      int64(binary.BigEndian.Uint64(v[1:])),
+		Watermark: int64(binary.BigEndian.Uint64(v[9:])),
+	}, nil
+}
+
+// stageState is the chain.StageState of one stage.
+type stageState struct {
+	p     *partitionStore
+	stage int
+}
+
+var _ chain.StageState = (*stageState)(nil)
+
+// Get returns the latest value of key written by any stage, pending or
+// persisted. The returned slice is shared with the store: do not modify it.
+func (s *stageState) Get(key []byte) ([]byte, bool, error) { return s.p.get(key) }
+
+// Set writes key for the record at offset; expires zero means never.
+func (s *stageState) Set(offset int64, key, value []byte, expires time.Time) error {
+	return s.p.write("set", s.stage, offset, key, encodeValue(expiryNanos(expires), value))
+}
+
+// Delete deletes key for the record at offset.
+func (s *stageState) Delete(offset int64, key []byte) error {
+	return s.p.write("delete", s.stage, offset, key, nil)
+}
