@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/differential-dev/differential/commit"
 )
@@ -73,6 +74,11 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	c.mu.parts = map[partKey]*partitionRun{}
 	return c, nil
 }
+
+// ShutdownTimeout is how long a stopping partition lets begun records
+// finish (WithShutdownTimeout); a consumer group's rebalance timeout must
+// exceed it.
+func (c *Chain) ShutdownTimeout() time.Duration { return c.cfg.shutdownTimeout }
 
 // StageNames returns the stages' names in chain order.
 func (c *Chain) StageNames() []string { return append([]string(nil), c.names...) }

@@ -12,6 +12,11 @@ var (
 	// ErrShutdownTimeout: in-flight records did not finish within the shutdown timeout;
 	// only what completed was committed.
 	ErrShutdownTimeout = errors.New("chain: shutdown timeout: in-flight records abandoned (not committed)")
+	// ErrFinalCommit: the partition stopped cleanly but Kafka refused or
+	// did not acknowledge its final commit (e.g. the group generation
+	// ended); the next owner resumes from the previous commit and repeats
+	// what completed since.
+	ErrFinalCommit = errors.New("chain: final commit failed")
 )
 
 type permanentError struct{ err error }

@@ -253,17 +253,22 @@ func (p *partitionRun) run(ctx context.Context) error {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
+	var finalErr error
 	if err := p.checkpoint(fctx, true); err != nil {
-		p.fail(err)
+		if errors.Is(err, ErrFinalCommit) {
+			finalErr = err
+		} else {
+			p.fail(err)
+		}
 	}
 	p.log.Info("partition stopped", "committed", p.committed.Load())
 	if p.err != nil {
 		return p.err
 	}
 	if timedOut {
-		return ErrShutdownTimeout
+		return errors.Join(ErrShutdownTimeout, finalErr)
 	}
-	return nil
+	return finalErr
 }
 
 // fetch is the partition's only reader of the main stream: it decodes every
@@ -360,7 +365,7 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 		p.commitErr.Add(1)
 		if final {
 			p.log.Error("final commit failed; the next owner resumes from the previous commit", "offset", off, "err", err)
-			return nil
+			return fmt.Errorf("%w: offset %d: %w", ErrFinalCommit, off, err)
 		}
 		p.log.Warn("commit failed; retrying at the next interval", "offset", off, "err", err)
 		return nil

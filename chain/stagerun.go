@@ -189,7 +189,13 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 		}
 		recs, err := s.poller.Fetch(ctx, s.recs[:0])
 		if err != nil {
-			return nil, err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			// Only the main stream's end means the claim ended; a poller
+			// that ends is a failure (not %w: io.EOF must not read as a
+			// clean end and stall the followers in silence).
+			return nil, fmt.Errorf("stage %q: polling at offset %d: %v", s.name, s.cursor, err)
 		}
 		b := s.batch[:0]
 		for i := range recs {
@@ -206,7 +212,8 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
-	if err := s.gate(ctx, ev, accept); err != nil {
+	rel, err := s.gate(ctx, ev, accept)
+	if err != nil {
 		return err
 	}
 	streamBefore := s.stream
@@ -215,12 +222,16 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 			s.stream = t
 		}
 	}
-	if !accept && (valid || s.idx > 0) {
-		s.skipped.Add(1)
-		return s.beginComplete(ctx, ev.Offset)
-	}
 	if err := s.begin(ctx, ev.Offset); err != nil {
 		return err
+	}
+	// Observed only once the record is really begun: a record the gate let
+	// through but the full window refused before a stop was never begun.
+	s.observe(ev, accept, rel)
+	if !accept && (valid || s.idx > 0) {
+		s.skipped.Add(1)
+		s.complete(ev.Offset)
+		return nil
 	}
 	if !valid {
 		// The first stage dead-letters invalid records (DESIGN I7).
@@ -255,11 +266,10 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 // the leader is idle (then only position > o is required). It waits on the
 // leader's progress signal, or a timer for the idle deadline — never a
 // polling loop.
-func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
+func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (release, error) {
 	l := s.leader
 	if l == nil {
-		s.observe(ev, processing, -1, 0, false)
-		return nil
+		return release{leaderNext: -1}, nil
 	}
 	cfg := &s.p.c.cfg
 	o := ev.Offset
@@ -273,8 +283,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 		ln := l.next.Load()
 		lwm := l.wm.Load()
 		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
-			s.observe(ev, processing, ln, lwm, false)
-			return nil
+			return release{leaderNext: ln, leaderWM: lwm}, nil
 		}
 		if ch == nil {
 			if spins < gateSpins {
@@ -295,8 +304,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 				wait := at.Sub(cfg.clock.Now())
 				if wait <= 0 {
 					s.idles.Add(1)
-					s.observe(ev, processing, ln, lwm, true)
-					return nil
+					return release{leaderNext: ln, leaderWM: lwm, idle: true}, nil
 				}
 				timer = cfg.clock.NewTimer(wait)
 			}
@@ -312,7 +320,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 			if timer != nil {
 				timer.Stop()
 			}
-			return ctx.Err()
+			return release{}, ctx.Err()
 		}
 		if timer != nil {
 			timer.Stop()
@@ -321,12 +329,19 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) error {
 	}
 }
 
-func (s *stageRun) observe(ev *Event, processing bool, ln, lwm int64, idle bool) {
+// release is the leader's checkpoint at the instant the gate let a record
+// through (leaderNext -1 for the first stage).
+type release struct {
+	leaderNext, leaderWM int64
+	idle                 bool
+}
+
+func (s *stageRun) observe(ev *Event, processing bool, r release) {
 	if o := s.p.c.cfg.observer; o != nil {
 		o.Begin(BeginInfo{
 			Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
 			EventTime: ev.Time, Processing: processing,
-			LeaderNext: ln, LeaderWatermark: unixTime(lwm), Idle: idle,
+			LeaderNext: r.leaderNext, LeaderWatermark: unixTime(r.leaderWM), Idle: r.idle,
 		})
 	}
 }
@@ -358,15 +373,6 @@ func (s *stageRun) begin(ctx context.Context, o int64) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// beginComplete begins and completes a skipped record in one step.
-func (s *stageRun) beginComplete(ctx context.Context, o int64) error {
-	if err := s.begin(ctx, o); err != nil {
-		return err
-	}
-	s.complete(o)
-	return nil
 }
 
 // complete marks o done. The new position is published under mu so two

@@ -1,0 +1,114 @@
+package chain_test
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chaintest"
+)
+
+type beginCounter struct {
+	mu    sync.Mutex
+	begun map[int64]int
+}
+
+func (b *beginCounter) Begin(i chain.BeginInfo) {
+	b.mu.Lock()
+	b.begun[i.Offset]++
+	b.mu.Unlock()
+}
+func (b *beginCounter) Advanced(string, int32, int, int64, time.Time) {}
+func (b *beginCounter) Committed(string, int32, int64, string)        {}
+
+// A record the gate let through but the full in-flight window refused
+// before a stop was never begun: it must not be reported as begun (it is
+// begun, once, after the restart).
+func TestStopWithFullWindowReportsNoPhantomBegin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &beginCounter{begun: map[int64]int{}}
+		emit := chain.ProcessorFunc(func(_ context.Context, pc *chain.Context, e *chain.Event) error {
+			pc.Emit(chain.Message{Value: e.Value})
+			return nil
+		})
+		tt := chaintest.New(t, []chain.Stage{{Name: "a", Processor: emit}}, testDecoder,
+			chain.WithObserver(obs), chain.WithInFlight(2), chain.WithShutdownTimeout(time.Second))
+		tt.SetAckMode(chaintest.AckHold)
+		for range 5 {
+			tt.Append(0, chaintest.Rec("k", ev("click", 1), base))
+		}
+		tt.Start(0)
+		synctest.Wait() // offsets 0 and 1 in flight, 2 waits for a slot
+		go func() { synctest.Wait(); tt.Release(nil) }()
+		require.NoError(t, tt.Stop())
+		tt.SetAckMode(chaintest.AckImmediately)
+		tt.Start(0)
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		for o := range int64(5) {
+			require.Equal(t, 1, obs.begun[o], "offset %d begun once", o)
+		}
+	})
+}
+
+// eofSource delivers its records once; its pollers end at once with io.EOF.
+type eofSource struct {
+	recs []chain.Record
+	sent bool
+}
+
+func (s *eofSource) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, error) {
+	if !s.sent {
+		s.sent = true
+		return append(dst, s.recs...), nil
+	}
+	<-ctx.Done()
+	return dst, ctx.Err()
+}
+func (s *eofSource) HighWatermark() int64                              { return int64(len(s.recs)) }
+func (s *eofSource) Poll(context.Context, int64) (chain.Poller, error) { return eofPoller{}, nil }
+
+type eofPoller struct{}
+
+func (eofPoller) Fetch(context.Context, []chain.Record) ([]chain.Record, error) { return nil, io.EOF }
+func (eofPoller) Close() error                                                  { return nil }
+
+type nopCommitter struct{}
+
+func (nopCommitter) Commit(context.Context, int64, string) error { return nil }
+
+// A follower's poller that ends (io.EOF) is a failure of the partition, not
+// the end of the claim: RunPartition must return an error instead of
+// leaving the followers waiting in silence.
+func TestPollerEndFailsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var recs []chain.Record
+		for i := range 100 {
+			recs = append(recs, chain.Record{Topic: "t", Offset: int64(i), Value: []byte(ev("click", i))})
+		}
+		release := make(chan struct{})
+		hold := chain.ProcessorFunc(func(_ context.Context, _ *chain.Context, e *chain.Event) error {
+			if e.Offset == 1 {
+				<-release // the follower falls out of the 4-record buffer
+			}
+			return nil
+		})
+		ch, err := chain.New([]chain.Stage{{Name: "a", Processor: noop}, {Name: "b", Processor: hold}, {Name: "c", Processor: noop}},
+			testDecoder, chain.WithBufferSize(4), chain.WithBatchSize(2), chain.WithIdleTimeout(time.Millisecond))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			done <- ch.RunPartition(context.Background(), chain.Assignment{Topic: "t", Committed: 0, Source: &eofSource{recs: recs}, Committer: nopCommitter{}})
+		}()
+		synctest.Wait() // the leader has run ahead; the follower is held
+		close(release)
+		err = <-done
+		require.ErrorContains(t, err, "polling at offset")
+	})
+}

@@ -1,0 +1,225 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
+)
+
+// Where a partition with no committed offset begins (Config.Start).
+const (
+	StartEarliest = "earliest"
+	StartLatest   = "latest"
+)
+
+// Defaults of the Config fields whose zero value means "the adapter's default".
+const (
+	// DefaultMaxWaitTime bounds a fetch long-poll. Heartbeats share the group
+	// client's connection with fetches, so this is also how long a heartbeat
+	// (and therefore the news of a rebalance) can wait behind a fetch.
+	DefaultMaxWaitTime = 100 * time.Millisecond
+	// DefaultFetchBatch is how many buffered records one Source.Fetch hands
+	// over when the caller's slice has no spare capacity.
+	DefaultFetchBatch = 256
+)
+
+// Config configures Run. Brokers, Topic and Group are required; every other
+// field has a default. Durations left at zero take the value of the base
+// Sarama configuration (or sarama's default when there is none).
+type Config struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string
+	// Topic is the input topic. It must exist: Run does not create it.
+	Topic string
+	// Group is the consumer group id.
+	Group string
+	// Start is where a partition with no committed offset begins:
+	// StartEarliest (the default when empty) or StartLatest.
+	Start string
+	// Sarama is an optional base configuration (version, TLS, SASL, client
+	// id, timeouts). It is copied, never modified. The adapter overrides what
+	// its guarantees depend on: offsets are never auto-committed, errors are
+	// returned to it, the rebalance strategy is Strategy, and MetricRegistry
+	// is Registry when that is set.
+	Sarama *sarama.Config
+	// Strategy assigns partitions to members. Default: sticky (eager), so a
+	// member keeps its partitions across rebalances when it can. The
+	// cooperative sticky strategy works too (retained partitions keep running
+	// through a rebalance).
+	Strategy sarama.BalanceStrategy
+	// Logger receives the adapter's logs. Default: discard.
+	Logger *slog.Logger
+	// Registry, when set, becomes sarama's MetricRegistry for every client
+	// Run creates, so sarama's client metrics and the engine's
+	// (chain.WithMetrics) share one registry. Default: the base's.
+	Registry metrics.Registry
+	// SessionTimeout: a member that sends no heartbeat for this long is
+	// removed from the group (sarama default 10s; brokers bound it by
+	// group.min/max.session.timeout.ms).
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often a member heartbeats, and so how soon it
+	// learns of a rebalance (sarama default 3s). Must be below SessionTimeout.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long the group waits for members to rejoin a
+	// rebalance (sarama default 60s). A revoked partition drains and makes
+	// its final commit before its member rejoins, so this must exceed the
+	// chain's shutdown timeout (chain.WithShutdownTimeout) plus one commit.
+	RebalanceTimeout time.Duration
+	// MaxWaitTime bounds a fetch long-poll (default DefaultMaxWaitTime,
+	// overriding the base: a long poll delays heartbeats and closes queued
+	// behind it on the same connection).
+	MaxWaitTime time.Duration
+	// FetchBatch is the most records one Source.Fetch returns when the
+	// caller's slice has no spare capacity (default DefaultFetchBatch).
+	FetchBatch int
+	// Hooks observe the member's partitions come and go. Default: none.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks on the life of every claimed partition, for
+// logging, metrics and tests. They run on the partition's claim goroutine,
+// concurrently for different partitions, and must not block.
+type Hooks struct {
+	// Assigned is called when the member starts the chain on a claimed
+	// partition, with the committed offset it resumes from (-1: none).
+	Assigned func(topic string, partition int32, committed int64)
+	// Released is called when the partition's chain has returned — after
+	// its final commit — with RunPartition's error (nil: clean stop).
+	Released func(topic string, partition int32, err error)
+}
+
+// Kafka's rule for topic names (kafka.common.internals.Topic).
+var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// Validate reports the first problem of the configuration, with the field's
+// name, or nil. Run calls it.
+func (c *Config) Validate() error {
+	_, err := c.clientConfigs()
+	return err
+}
+
+func (c *Config) validateFields() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka: Config.Brokers is empty: name at least one bootstrap broker as host:port")
+	}
+	for _, b := range c.Brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return fmt.Errorf("kafka: Config.Brokers: %q is not host:port", b)
+		}
+	}
+	switch {
+	case c.Topic == "":
+		return errors.New("kafka: Config.Topic is required")
+	case !legalTopic.MatchString(c.Topic) || c.Topic == "." || c.Topic == "..":
+		return fmt.Errorf("kafka: Config.Topic %q is not a legal topic name (1-249 of a-z A-Z 0-9 . _ -)", c.Topic)
+	case c.Group == "":
+		return errors.New("kafka: Config.Group is required")
+	case c.Start != "" && c.Start != StartEarliest && c.Start != StartLatest:
+		return fmt.Errorf("kafka: Config.Start must be %q or %q, got %q", StartEarliest, StartLatest, c.Start)
+	case c.SessionTimeout < 0:
+		return fmt.Errorf("kafka: Config.SessionTimeout must be >= 0, got %v", c.SessionTimeout)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("kafka: Config.HeartbeatInterval must be >= 0, got %v", c.HeartbeatInterval)
+	case c.RebalanceTimeout < 0:
+		return fmt.Errorf("kafka: Config.RebalanceTimeout must be >= 0, got %v", c.RebalanceTimeout)
+	case c.MaxWaitTime < 0:
+		return fmt.Errorf("kafka: Config.MaxWaitTime must be >= 0, got %v", c.MaxWaitTime)
+	case c.FetchBatch < 0:
+		return fmt.Errorf("kafka: Config.FetchBatch must be >= 0, got %d", c.FetchBatch)
+	}
+	return nil
+}
+
+// clientConfigs are the sarama configurations of Run's three clients: one
+// per job, because sarama keeps one connection per broker per client and
+// answers requests on it in order, so a request queued behind a fetch
+// long-poll waits for it.
+type clientConfigs struct {
+	group  *sarama.Config // the consumer group: join/sync/heartbeat and the claims' fetches
+	commit *sarama.Config // offset fetches and commits, metadata checks: never a long-poll
+	poll   *sarama.Config // followers' own readers (polling mode)
+}
+
+func (c *Config) clientConfigs() (clientConfigs, error) {
+	if err := c.validateFields(); err != nil {
+		return clientConfigs{}, err
+	}
+	base := c.Sarama
+	if base == nil {
+		base = sarama.NewConfig()
+	}
+	derive := func(role string) *sarama.Config {
+		sc := *base // shallow copy: the base is never modified
+		if sc.ClientID == "" || sc.ClientID == "sarama" {
+			sc.ClientID = "differential"
+		}
+		sc.ClientID += "-" + role
+		if c.Registry != nil {
+			sc.MetricRegistry = c.Registry
+		}
+		sc.Consumer.Return.Errors = true
+		sc.Consumer.Offsets.AutoCommit.Enable = false
+		sc.Consumer.MaxWaitTime = DefaultMaxWaitTime
+		if c.MaxWaitTime > 0 {
+			sc.Consumer.MaxWaitTime = c.MaxWaitTime
+		}
+		return &sc
+	}
+	cc := clientConfigs{group: derive("group"), commit: derive("commit"), poll: derive("poll")}
+
+	g := cc.group
+	g.Consumer.Offsets.Initial = sarama.OffsetOldest
+	if c.Start == StartLatest {
+		g.Consumer.Offsets.Initial = sarama.OffsetNewest
+	}
+	if c.SessionTimeout > 0 {
+		g.Consumer.Group.Session.Timeout = c.SessionTimeout
+	}
+	if c.HeartbeatInterval > 0 {
+		g.Consumer.Group.Heartbeat.Interval = c.HeartbeatInterval
+	}
+	if c.RebalanceTimeout > 0 {
+		g.Consumer.Group.Rebalance.Timeout = c.RebalanceTimeout
+	}
+	strategy := c.Strategy
+	if strategy == nil {
+		strategy = sarama.NewBalanceStrategySticky()
+	}
+	// The deprecated single Strategy field, if the base sets it, would win
+	// over GroupStrategies.
+	g.Consumer.Group.Rebalance.Strategy = nil
+	g.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{strategy}
+
+	for _, c := range []struct {
+		role string
+		sc   *sarama.Config
+	}{{"group", cc.group}, {"commit", cc.commit}, {"polling", cc.poll}} {
+		if err := c.sc.Validate(); err != nil {
+			return clientConfigs{}, fmt.Errorf("kafka: sarama configuration of the %s client: %w", c.role, err)
+		}
+	}
+	if !g.Version.IsAtLeast(sarama.V0_10_2_0) {
+		return clientConfigs{}, fmt.Errorf("kafka: Config.Sarama.Version %v is too old: consumer groups need >= 0.10.2", g.Version)
+	}
+	return cc, nil
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (c *Config) fetchBatch() int {
+	if c.FetchBatch > 0 {
+		return c.FetchBatch
+	}
+	return DefaultFetchBatch
+}

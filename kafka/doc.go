@@ -1,0 +1,89 @@
+// Package kafka is the one adapter that binds the chain core (package chain)
+// to Kafka through sarama: Run consumes a topic as a member of a consumer
+// group and runs a *chain.Chain over every partition the group assigns, and
+// Producer is the chain.Producer for outputs and dead letters.
+//
+// # What it owns
+//
+// Run owns, for its lifetime, three sarama clients and the consumer group;
+// every goroutine it starts (sarama's, the claims', the error logger) has
+// returned when Run returns. A Producer owns its own client until Close.
+// The chain owns everything per partition (stages, buffer, commit state);
+// the adapter only gives it a chain.Assignment per claim.
+//
+// # The client split
+//
+// sarama keeps one connection per broker per client and answers requests on
+// it in order, so a request queued behind a fetch long-poll waits for it.
+// Hence one client per job, never shared:
+//
+//   - group: JoinGroup/SyncGroup/Heartbeat and the claims' fetches. Fetches
+//     long-poll at most Config.MaxWaitTime (100 ms by default), which bounds
+//     how long a heartbeat — the news of a rebalance — or a close waits.
+//   - commits: OffsetCommit and OffsetFetch only (and Run's topic check), so
+//     a commit is answered as soon as the coordinator has written it.
+//   - polling: followers that fell behind the handoff buffer read the
+//     partition themselves; each reader is its own sarama Consumer on this
+//     shared client (a Consumer allows one reader per partition, and two
+//     followers of one partition may poll at once).
+//   - producer: NewProducer's own client, idempotent with acks=all.
+//
+// # Commits
+//
+// Offsets are never auto-committed and sarama's MarkOffset/Commit are not
+// used: Commit returns no error and MarkOffset ignores a new metadata at
+// the same offset. The chain's Committer sends an OffsetCommitRequest with
+// the session's current generation and member id (read at every commit, as
+// a cooperative rebalance changes the generation under a running claim) and
+// returns when the coordinator acknowledged it, or its per-partition error.
+// Coordinator moves and loads are retried; ILLEGAL_GENERATION,
+// UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS are not (the member no longer
+// owns the partition: the broker refuses, and the next owner resumes from
+// the last accepted commit). The committed offset is the minimum of the
+// stages' positions and the metadata carries every stage's position
+// (package commit), so each stage resumes at its own position.
+//
+// # The rebalance sequence
+//
+//  1. Join and sync; sarama fetches each claimed partition's committed
+//     offset and starts the claim there (Config.Start when none).
+//  2. Setup fetches the committed offset and metadata of every claimed
+//     partition with one OffsetFetch on the commit client (a claim added by
+//     a cooperative rebalance fetches its own in ConsumeClaim).
+//  3. ConsumeClaim calls chain.RunPartition with the session's context, a
+//     Source over the claim's messages and a Committer for the partition.
+//  4. On a rebalance (eager: the session's context ends; cooperative: the
+//     revoked claim's message channel closes) or on Run's cancellation, the
+//     chain stops fetching, lets begun records finish (up to its shutdown
+//     timeout), persists its checkpoints and makes the final commit;
+//     RunPartition returns, and only then ConsumeClaim returns.
+//  5. sarama rejoins only after every revoked claim returned, so the next
+//     owner's offset fetch sees the final commit.
+//
+// Config.RebalanceTimeout must therefore exceed the chain's shutdown timeout
+// plus one commit; otherwise the group may move a partition before its
+// final commit (the late commit is then refused as ILLEGAL_GENERATION, and
+// the new owner repeats what the old one finished after its last commit).
+//
+// # Guarantees
+//
+//   - A clean rebalance or stop repeats nothing and loses nothing: every
+//     record begun by a stage of the old owner is finished and committed
+//     before the partition moves (DESIGN I6, I10).
+//   - Run returns nil after a stop through its context, once every
+//     partition made its final commit; the first fatal *chain.PartitionError
+//     stops every partition the same way and is returned. A partition that
+//     hits the shutdown timeout is logged, not fatal: its unfinished records
+//     run again at the next owner.
+//   - A missing topic, a refused configuration or an authorization failure
+//     is returned at once, naming the topic and brokers, not retried.
+//   - Producer.Produce calls done exactly once: nil after every message of
+//     the call is acknowledged by all in-sync replicas, or the first error.
+//
+// # Concurrency
+//
+// Run may be called several times at once (several members in one
+// process), each with its own *chain.Chain. Hooks run on claim goroutines,
+// concurrently. A Producer may be shared by any number of chains and
+// goroutines.
+package kafka

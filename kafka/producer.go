@@ -1,0 +1,200 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// ErrProducerClosed is passed to done by Produce after Close.
+var ErrProducerClosed = errors.New("kafka: producer is closed")
+
+// ProducerConfig configures NewProducer. Brokers is required.
+type ProducerConfig struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string
+	// Sarama is an optional base configuration (version, TLS, SASL,
+	// batching, compression, retry backoff). It is copied, never modified.
+	// The producer overrides what its guarantees depend on: idempotence,
+	// acks=all, one open request per connection, successes and errors
+	// returned, and at least DefaultProducerRetries retries.
+	Sarama *sarama.Config
+	// Logger receives the producer's logs. Default: discard.
+	Logger *slog.Logger
+	// Registry, when set, becomes sarama's MetricRegistry. Default: the base's.
+	Registry metrics.Registry
+}
+
+// DefaultProducerRetries is the least number of retries of a failed produce
+// request (the base's Producer.Retry.Max when larger).
+const DefaultProducerRetries = 10
+
+func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
+	if len(c.Brokers) == 0 {
+		return nil, errors.New("kafka: ProducerConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	}
+	base := c.Sarama
+	if base == nil {
+		base = sarama.NewConfig()
+	}
+	sc := *base
+	if sc.ClientID == "" || sc.ClientID == "sarama" {
+		sc.ClientID = "differential"
+	}
+	sc.ClientID += "-producer"
+	if c.Registry != nil {
+		sc.MetricRegistry = c.Registry
+	}
+	if !sc.Version.IsAtLeast(sarama.V0_11_0_0) {
+		sc.Version = sarama.V0_11_0_0 // idempotence and headers need it
+	}
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: sarama producer configuration: %w", err)
+	}
+	return &sc, nil
+}
+
+// Producer implements chain.Producer with its own sarama client and an
+// idempotent AsyncProducer (acks=all, one open request per connection, so
+// retries neither duplicate nor reorder a partition's records).
+//
+// Its client is never shared with consuming: sarama keeps one connection per
+// broker per client and answers requests in order, so a produce request
+// queued behind a fetch long-poll would wait for it.
+//
+// Produce and Close may be called from any goroutine.
+type Producer struct {
+	ap  sarama.AsyncProducer
+	log *slog.Logger
+
+	// mu is held for reading while Produce sends to the producer's input,
+	// and for writing by Close, so no send races the input's closing.
+	mu     sync.RWMutex
+	closed bool
+
+	readers sync.WaitGroup // the Successes and Errors readers
+}
+
+// ackGroup is one Produce call: carried in every message's Metadata, it
+// calls done once every message is acknowledged, or at the first error.
+type ackGroup struct {
+	remaining atomic.Int64
+	fired     atomic.Bool
+	done      func(error)
+}
+
+func (g *ackGroup) ack(err error) {
+	if err != nil {
+		if g.fired.CompareAndSwap(false, true) {
+			g.done(err)
+		}
+		return
+	}
+	if g.remaining.Add(-1) == 0 && g.fired.CompareAndSwap(false, true) {
+		g.done(nil)
+	}
+}
+
+// NewProducer connects a producer to the brokers.
+func NewProducer(cfg ProducerConfig) (*Producer, error) {
+	sc, err := cfg.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	ap, err := sarama.NewAsyncProducer(cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, err)
+	}
+	p := &Producer{ap: ap, log: cfg.Logger}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.readers.Go(func() {
+		for m := range ap.Successes() {
+			if g, ok := m.Metadata.(*ackGroup); ok {
+				g.ack(nil)
+			}
+		}
+	})
+	p.readers.Go(func() {
+		for pe := range ap.Errors() {
+			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
+				g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
+			} else {
+				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
+			}
+		}
+	})
+	return p, nil
+}
+
+// Produce implements chain.Producer: it hands msgs to the producer (blocking
+// while sarama's input buffer is full) and calls done exactly once — with nil
+// when Kafka acknowledged every message (acks=all), or with the first error.
+// It copies nothing but the slice of headers; the byte slices msgs point to
+// must stay valid until done runs (chain.Producer's contract).
+func (p *Producer) Produce(msgs []chain.Message, done func(error)) {
+	if len(msgs) == 0 {
+		done(nil)
+		return
+	}
+	g := &ackGroup{done: done}
+	g.remaining.Store(int64(len(msgs)))
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		g.ack(ErrProducerClosed)
+		return
+	}
+	for i := range msgs {
+		p.ap.Input() <- toProducerMessage(&msgs[i], g)
+	}
+}
+
+func toProducerMessage(m *chain.Message, g *ackGroup) *sarama.ProducerMessage {
+	pm := &sarama.ProducerMessage{Topic: m.Topic, Metadata: g}
+	if m.Key != nil {
+		pm.Key = sarama.ByteEncoder(m.Key)
+	}
+	if m.Value != nil {
+		pm.Value = sarama.ByteEncoder(m.Value)
+	}
+	if len(m.Headers) > 0 {
+		pm.Headers = make([]sarama.RecordHeader, len(m.Headers))
+		for i, h := range m.Headers {
+			pm.Headers[i] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	return pm
+}
+
+// Close flushes: it waits until every message handed to Produce is
+// acknowledged or failed (every done has run), then closes the client.
+// Produce after Close calls done(ErrProducerClosed). Close is idempotent.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	// AsyncClose, not Close: sarama's Close reads Errors itself, and the
+	// readers must see every error to call its done.
+	p.ap.AsyncClose()
+	p.readers.Wait()
+	return nil
+}

@@ -1,0 +1,144 @@
+package kafka_test
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/kafka"
+)
+
+// doneRecorder is a Produce callback that counts its calls and reports the
+// first one on a channel.
+type doneRecorder struct {
+	calls atomic.Int32
+	ch    chan error
+}
+
+func newDone() *doneRecorder { return &doneRecorder{ch: make(chan error, 1)} }
+
+func (d *doneRecorder) done(err error) {
+	if d.calls.Add(1) == 1 {
+		d.ch <- err
+	}
+}
+
+func (d *doneRecorder) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-d.ch:
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatal("done was not called")
+		return nil
+	}
+}
+
+// TestProducerAcksEachCallOnceAndKeepsHeaders: every Produce call's done
+// runs exactly once, after all its messages are acknowledged; the records
+// keep their keys, values and headers, in order per partition.
+func TestProducerAcksEachCallOnceAndKeepsHeaders(t *testing.T) {
+	b := testbroker.New(t)
+	topic := b.Topic(t, 3)
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: b.Addrs(), Sarama: b.Config(), Logger: testLogger(t)})
+	require.NoError(t, err)
+
+	const calls, perCall = 20, 25
+	dones := make([]*doneRecorder, calls)
+	for c := range calls {
+		msgs := make([]chain.Message, perCall)
+		for i := range msgs {
+			msgs[i] = chain.Message{
+				Topic: topic,
+				Key:   fmt.Appendf(nil, "k%d", i%5),
+				Value: fmt.Appendf(nil, "%d/%d", c, i),
+				Headers: []chain.Header{
+					{Key: []byte("call"), Value: fmt.Appendf(nil, "%d", c)},
+					{Key: []byte("empty"), Value: nil},
+				},
+			}
+		}
+		dones[c] = newDone()
+		p.Produce(msgs, dones[c].done)
+	}
+	for _, d := range dones {
+		require.NoError(t, d.wait(t))
+	}
+	empty := newDone()
+	p.Produce(nil, empty.done)
+	require.NoError(t, empty.wait(t), "an empty call is acknowledged at once")
+	require.NoError(t, p.Close())
+	for c, d := range dones {
+		require.EqualValues(t, 1, d.calls.Load(), "call %d's done ran once", c)
+	}
+
+	got := b.ReadAll(t, topic, false)
+	total := 0
+	for _, msgs := range got {
+		last := map[string][2]int{} // key -> last (call, i)
+		for _, m := range msgs {
+			total++
+			var c, i int
+			_, err := fmt.Sscanf(string(m.Value), "%d/%d", &c, &i)
+			require.NoError(t, err)
+			require.Len(t, m.Headers, 2)
+			require.Equal(t, "call", string(m.Headers[0].Key))
+			require.Equal(t, fmt.Sprint(c), string(m.Headers[0].Value))
+			require.Equal(t, "empty", string(m.Headers[1].Key))
+			require.Empty(t, m.Headers[1].Value)
+			prev, seen := last[string(m.Key)]
+			if seen {
+				require.True(t, c > prev[0] || (c == prev[0] && i > prev[1]), "key %s keeps its order", m.Key)
+			}
+			last[string(m.Key)] = [2]int{c, i}
+		}
+	}
+	require.Equal(t, calls*perCall, total, "every message once")
+}
+
+// TestProducerReportsTheFirstErrorOnce: a call with a message to a topic
+// that does not exist fails with that error — once, even though its other
+// messages succeed — and Produce after Close fails with ErrProducerClosed.
+func TestProducerReportsTheFirstErrorOnce(t *testing.T) {
+	b := testbroker.New(t)
+	topic := b.Topic(t, 1)
+	missing := testbroker.Name(t, "missing")
+	cfg := b.Config()
+	cfg.Metadata.Retry.Max = 1
+	cfg.Metadata.Retry.Backoff = 10 * time.Millisecond
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: b.Addrs(), Sarama: cfg, Logger: testLogger(t)})
+	require.NoError(t, err)
+
+	d := newDone()
+	p.Produce([]chain.Message{
+		{Topic: topic, Value: []byte("ok-1")},
+		{Topic: missing, Value: []byte("lost")},
+		{Topic: topic, Value: []byte("ok-2")},
+	}, d.done)
+	err = d.wait(t)
+	require.ErrorIs(t, err, sarama.ErrUnknownTopicOrPartition)
+	require.Contains(t, err.Error(), missing)
+
+	ok := newDone()
+	p.Produce([]chain.Message{{Topic: topic, Value: []byte("ok-3")}}, ok.done)
+	require.NoError(t, ok.wait(t), "the producer works on after a failed call")
+	require.NoError(t, p.Close())
+	require.EqualValues(t, 1, d.calls.Load(), "the failed call's done ran once")
+
+	closed := newDone()
+	p.Produce([]chain.Message{{Topic: topic, Value: []byte("late")}}, closed.done)
+	require.True(t, errors.Is(closed.wait(t), kafka.ErrProducerClosed))
+	require.NoError(t, p.Close(), "Close is idempotent")
+}
+
+func TestNewProducerNeedsBrokers(t *testing.T) {
+	_, err := kafka.NewProducer(kafka.ProducerConfig{})
+	require.ErrorContains(t, err, "ProducerConfig.Brokers is empty")
+}

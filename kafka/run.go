@@ -1,0 +1,305 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// ErrUnknownTopic is returned by Run when the input topic does not exist.
+var ErrUnknownTopic = errors.New("kafka: topic does not exist")
+
+// Run consumes cfg.Topic as a member of cfg.Group and runs ch over every
+// partition the group assigns to it, until ctx ends (then it returns nil once
+// every partition has drained and made its final commit) or a partition
+// fails (then it stops every partition the same way and returns that
+// partition's *chain.PartitionError). Errors that no retry can fix — a
+// missing topic, a refused configuration, an authorization failure — are
+// returned at once.
+//
+// Several Runs (in one process or many) with the same Group share the
+// topic's partitions; each needs its own *chain.Chain.
+func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
+	if ch == nil {
+		return errors.New("kafka: Run needs a chain")
+	}
+	cc, err := cfg.clientConfigs()
+	if err != nil {
+		return err
+	}
+	log := cfg.logger().With("group", cfg.Group, "topic", cfg.Topic)
+	r := &runner{ch: ch, cfg: &cfg, log: log}
+
+	// The commit client comes first: it also checks that the topic exists.
+	commitClient, err := sarama.NewClient(cfg.Brokers, cc.commit)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+	}
+	defer closeLogged(log, "commit client", commitClient)
+	if err := checkTopic(commitClient, cfg.Topic, cfg.Brokers); err != nil {
+		return err
+	}
+	r.offsets = newOffsets(commitClient, cfg.Group)
+
+	pc, err := sarama.NewClient(cfg.Brokers, cc.poll)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+	}
+	defer closeLogged(log, "polling client", pc)
+	r.poll = &pollClient{client: pc, log: log}
+
+	groupClient, err := sarama.NewClient(cfg.Brokers, cc.group)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+	}
+	group, err := sarama.NewConsumerGroupFromClient(cfg.Group, groupClient)
+	if err != nil {
+		_ = groupClient.Close()
+		return fmt.Errorf("kafka: consumer group %q: %w", cfg.Group, err)
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	r.cancel = cancel
+	var logged sync.WaitGroup
+	logged.Go(func() {
+		for err := range group.Errors() {
+			log.Warn("consumer group error", "err", err)
+		}
+	})
+	// Consume has returned when this runs, so every claim has returned
+	// (drained, final commit). Then the member leaves the group, which
+	// closes Errors; the polling and commit clients, which the claims used,
+	// close after (deferred earlier).
+	defer func() {
+		cancel(nil)
+		closeLogged(log, "consumer group", group)
+		logged.Wait()
+		closeLogged(log, "group client", groupClient)
+	}()
+
+	err = r.consume(runCtx, group)
+	if fatal := r.fatal(); fatal != nil {
+		return fatal
+	}
+	return err
+}
+
+// consume calls group.Consume until ctx ends: every call is one session (one
+// generation with an eager strategy; a cooperative one keeps it across
+// rebalances).
+func (r *runner) consume(ctx context.Context, group sarama.ConsumerGroup) error {
+	h := &handler{r: r}
+	topics := []string{r.cfg.Topic}
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		err := group.Consume(ctx, topics, h)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			backoff = 0
+			continue
+		case errors.Is(err, sarama.ErrClosedConsumerGroup):
+			return nil
+		case !transient(err):
+			if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+				return fmt.Errorf("%w: %q on brokers %v: %w", ErrUnknownTopic, r.cfg.Topic, r.cfg.Brokers, err)
+			}
+			return fmt.Errorf("kafka: group %q on topic %q: %w", r.cfg.Group, r.cfg.Topic, err)
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		r.log.Warn("consumer group session failed; joining again", "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// transient reports whether a failed Consume is worth another attempt: the
+// coordinator moved or is loading, a rebalance raced the join, a broker was
+// unreachable. Anything the broker refuses for good (authorization, invalid
+// session timeout, unknown topic, unsupported version) and configuration
+// errors are not.
+func transient(err error) bool {
+	var cerr sarama.ConfigurationError
+	if errors.As(err, &cerr) {
+		return false
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
+			sarama.ErrOffsetsLoadInProgress, sarama.ErrRebalanceInProgress, sarama.ErrUnknownMemberId,
+			sarama.ErrIllegalGeneration, sarama.ErrRequestTimedOut, sarama.ErrNetworkException,
+			sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrReplicaNotAvailable,
+			sarama.ErrBrokerNotAvailable, sarama.ErrNotEnoughReplicas, sarama.ErrUnstableOffsetCommit:
+			return true
+		}
+		return false
+	}
+	return true // network errors, ErrOutOfBrokers, no coordinator yet
+}
+
+// checkTopic fails clearly, and after sarama's bounded metadata retries
+// only, when the topic does not exist: a misspelled topic must not look like
+// an idle consumer.
+func checkTopic(client sarama.Client, topic string, brokers []string) error {
+	parts, err := client.Partitions(topic)
+	switch {
+	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+		return fmt.Errorf("%w: %q on brokers %v (Run does not create topics)", ErrUnknownTopic, topic, brokers)
+	case err != nil:
+		return fmt.Errorf("kafka: metadata of topic %q on brokers %v: %w", topic, brokers, err)
+	case len(parts) == 0:
+		return fmt.Errorf("%w: %q on brokers %v has no partitions", ErrUnknownTopic, topic, brokers)
+	}
+	return nil
+}
+
+// runner is one Run's shared state.
+type runner struct {
+	ch      *chain.Chain
+	cfg     *Config
+	log     *slog.Logger
+	offsets *offsets
+	poll    *pollClient
+	cancel  context.CancelCauseFunc
+
+	mu  sync.Mutex
+	err error // the first fatal partition error
+}
+
+// fail records the first fatal error and stops the whole Run: the cancel
+// ends the session's context, so every partition drains and makes its final
+// commit, and Consume returns.
+func (r *runner) fail(err error) {
+	r.mu.Lock()
+	first := r.err == nil
+	if first {
+		r.err = err
+	}
+	r.mu.Unlock()
+	if first {
+		r.log.Error("partition failed; stopping every partition", "err", err)
+	}
+	r.cancel(err)
+}
+
+func (r *runner) fatal() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// handler is the sarama.ConsumerGroupHandler of a Run.
+type handler struct {
+	r *runner
+
+	mu      sync.Mutex
+	initial map[int32]committed // fetched in Setup for the session's claims
+}
+
+// Setup fetches the committed offset and metadata of every claimed
+// partition with one request: the metadata carries every stage's position,
+// which sarama's own offset fetch (it only hands the offset to the claim)
+// does not expose.
+func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
+	claims := sess.Claims()[h.r.cfg.Topic]
+	offs, err := h.r.offsets.fetch(sess.Context(), h.r.cfg.Topic, claims)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.initial = offs
+	h.mu.Unlock()
+	h.r.log.Info("session started", "member", sess.MemberID(), "generation", sess.GenerationID(), "partitions", claims)
+	return nil
+}
+
+// Cleanup runs after every claim returned, so every partition has made its
+// final commit.
+func (h *handler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	h.r.log.Info("session ended", "member", sess.MemberID(), "generation", sess.GenerationID())
+	return nil
+}
+
+// takeInitial returns the offset Setup fetched for p, once. A claim added by
+// a cooperative rebalance (no Setup) fetches its own.
+func (h *handler) takeInitial(ctx context.Context, p int32) (committed, error) {
+	h.mu.Lock()
+	c, ok := h.initial[p]
+	delete(h.initial, p)
+	h.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	offs, err := h.r.offsets.fetch(ctx, h.r.cfg.Topic, []int32{p})
+	if err != nil {
+		return committed{}, err
+	}
+	return offs[p], nil
+}
+
+// ConsumeClaim runs the chain over the claimed partition and returns only
+// when RunPartition has returned — after the partition drained and made its
+// final commit — so a revoked partition is committed before the rebalance
+// goes on, and its next owner starts where this one stopped.
+func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	r := h.r
+	topic, p := claim.Topic(), claim.Partition()
+	ctx := sess.Context()
+	start, err := h.takeInitial(ctx, p)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.fail(&chain.PartitionError{Topic: topic, Partition: p, Err: err})
+		return nil
+	}
+	if start.offset >= 0 && claim.InitialOffset() != start.offset {
+		// sarama reset an out-of-range committed offset (or the offset
+		// changed between its fetch and ours); the chain skips records
+		// below its resume position either way.
+		r.log.Warn("claim starts away from the committed offset",
+			"partition", p, "committed", start.offset, "claim_start", claim.InitialOffset())
+	}
+	a := chain.Assignment{
+		Topic:     topic,
+		Partition: p,
+		Committed: start.offset,
+		Metadata:  start.metadata,
+		Source:    &claimSource{claim: claim, batch: r.cfg.fetchBatch(), poll: r.poll},
+		Committer: &partitionCommitter{o: r.offsets, m: sess, topic: topic, partition: p},
+	}
+	if f := r.cfg.Hooks.Assigned; f != nil {
+		f(topic, p, start.offset)
+	}
+	err = r.ch.RunPartition(ctx, a)
+	if f := r.cfg.Hooks.Released; f != nil {
+		f(topic, p, err)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, chain.ErrShutdownTimeout), errors.Is(err, chain.ErrFinalCommit):
+		// Not a failure of the partition: it stopped (revoke or shutdown);
+		// what was not committed runs again at the next owner.
+		r.log.Warn("partition stopped without committing everything it completed", "partition", p, "err", err)
+	default:
+		r.fail(err)
+	}
+	return nil
+}
+
+func closeLogged(log *slog.Logger, what string, c interface{ Close() error }) {
+	if err := c.Close(); err != nil {
+		log.Warn("close "+what, "err", err)
+	}
+}
