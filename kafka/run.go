@@ -34,6 +34,12 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if rt, st := cc.group.Consumer.Group.Rebalance.Timeout, ch.ShutdownTimeout(); rt <= st {
+		// A revoked partition drains (up to the shutdown timeout) and
+		// commits before its member rejoins; a shorter rebalance timeout
+		// would expel the member mid-drain and duplicate its work.
+		return fmt.Errorf("kafka: RebalanceTimeout %v must exceed the chain's shutdown timeout %v (chain.WithShutdownTimeout)", rt, st)
+	}
 	log := cfg.logger().With("group", cfg.Group, "topic", cfg.Topic)
 	r := &runner{ch: ch, cfg: &cfg, log: log}
 

@@ -492,3 +492,15 @@ func TestFollowerPollsKafkaWhenBehindTheBuffer(t *testing.T) {
 	require.NoError(t, err)
 	l.checkExactlyOnce(types)
 }
+
+func TestRebalanceTimeoutMustExceedShutdownTimeout(t *testing.T) {
+	b := testbroker.New(t)
+	ch, err := chain.New([]chain.Stage{{Name: "s", Processor: chain.ProcessorFunc(
+		func(context.Context, *chain.Context, *chain.Event) error { return nil })}}, decoder,
+		chain.WithShutdownTimeout(2*time.Minute))
+	require.NoError(t, err)
+	cfg := groupConfig(b, b.Topic(t, 1), testbroker.Name(t, "group"), t)
+	cfg.RebalanceTimeout = time.Minute
+	err = kafka.Run(context.Background(), ch, cfg)
+	require.ErrorContains(t, err, "RebalanceTimeout 1m0s must exceed the chain's shutdown timeout 2m0s")
+}
