@@ -71,8 +71,10 @@ type partitionStore struct {
 		kbuf    []byte
 		cands   []string
 		last    map[string]int
-		arena   []byte   // backing of lookups
-		lookups [][]byte // entry keys eviction looks up
+		// lastWrite: index in flushed of each key's last write.
+		lastWrite map[string]int
+		arena     []byte   // backing of lookups
+		lookups   [][]byte // entry keys eviction looks up
 		// evictedThrough: no persisted index entry has an expiry <= it, so
 		// the eviction scan starts above it instead of wading through the
 		// tombstones of earlier evictions.
@@ -301,9 +303,24 @@ func mergeBySeq(dst []write, lists [][]write) []write {
 
 // writeFlushed adds the writes to b: the entry (or its deletion) and, for an
 // expiring entry, its index entry.
+//
+// Only the last write of each key goes into the batch: the earlier ones are
+// superseded within the same atomic batch, and a hot key (a busy user's click
+// list) can be rewritten thousands of times between two checkpoints.
 func (p *partitionStore) writeFlushed(b batch, flushed []write) {
 	kb := p.ckpt.kbuf
-	for _, w := range flushed {
+	if p.ckpt.lastWrite == nil {
+		p.ckpt.lastWrite = make(map[string]int)
+	}
+	last := p.ckpt.lastWrite
+	clear(last)
+	for i, w := range flushed {
+		last[w.k.key] = i
+	}
+	for i, w := range flushed {
+		if last[w.k.key] != i {
+			continue
+		}
 		kb = entry(kb[:0], p.ks, w.k.key)
 		if w.enc == nil {
 			b.del(kb)

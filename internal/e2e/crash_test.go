@@ -175,20 +175,7 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 	wc.MaxRecordBytes = 16 << 10
 	e.cfg = attribution.DefaultConfig()
 	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
-	recs := workload.Generate(wc)
-	msgs := make([]*sarama.ProducerMessage, len(recs))
-	for i, r := range recs {
-		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
-	}
-	b.Produce(t, e.in, msgs...)
-	e.parts = make([][]chain.Record, partitions)
-	for _, m := range msgs {
-		e.parts[m.Partition] = append(e.parts[m.Partition], chain.Record{
-			Topic: e.in, Partition: m.Partition, Offset: m.Offset,
-			Key: []byte(m.Key.(sarama.ByteEncoder)), Value: []byte(m.Value.(sarama.ByteEncoder)), Timestamp: m.Timestamp,
-		})
-	}
-	e.total = int64(len(recs))
+	e.produce(t, wc)
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	done := int64(0)
@@ -199,6 +186,14 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 	}
 	e.runUntil(t, e.total, false)
 
+	e.verify(t)
+}
+
+// verify checks the outputs, dead letters, committed offsets and Pebble state
+// of a finished run against the reference model.
+func (e *env) verify(t *testing.T) {
+	t.Helper()
+	b := e.b
 	// Outputs: group by (partition, offset, kind); copies must be identical.
 	outs := b.ReadAll(t, e.out, false)
 	type id struct {
@@ -279,7 +274,7 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 	adm, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
 	require.NoError(t, err)
 	defer adm.Close()
-	off, err := adm.ListConsumerGroupOffsets(e.group, map[string][]int32{e.in: {0, 1, 2, 3}})
+	off, err := adm.ListConsumerGroupOffsets(e.group, map[string][]int32{e.in: partitionList(len(e.parts))})
 	require.NoError(t, err)
 	for p := range e.parts {
 		blk := off.GetBlock(e.in, int32(p))
@@ -287,4 +282,41 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 		last := e.parts[p][len(e.parts[p])-1].Offset
 		require.Equal(t, last+1, blk.Offset, "partition %d committed offset", p)
 	}
+}
+
+func partitionList(n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(i)
+	}
+	return out
+}
+
+// produce writes a generated workload to e.in and records where each record
+// landed (e.parts), for the reference model.
+func (e *env) produce(t *testing.T, wc workload.Config) {
+	recs := workload.Generate(wc)
+	msgs := make([]*sarama.ProducerMessage, len(recs))
+	for i, r := range recs {
+		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
+	}
+	e.b.Produce(t, e.in, msgs...)
+	e.parts = make([][]chain.Record, wc.Partitions)
+	for _, m := range msgs {
+		e.parts[m.Partition] = append(e.parts[m.Partition], chain.Record{
+			Topic: e.in, Partition: m.Partition, Offset: m.Offset,
+			Key: []byte(m.Key.(sarama.ByteEncoder)), Value: []byte(m.Value.(sarama.ByteEncoder)), Timestamp: m.Timestamp,
+		})
+	}
+	e.total = int64(len(recs))
+}
+
+// expectedOutputs is how many distinct outputs the reference model gives.
+func (e *env) expectedOutputs() int {
+	n := 0
+	for p := range e.parts {
+		ref := reference.Run(e.parts[p], e.cfg)
+		n += len(ref.Installs) + len(ref.Purchases)
+	}
+	return n
 }

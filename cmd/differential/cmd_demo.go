@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/kafka"
+	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/store"
+)
+
+type demoOptions struct {
+	records        int
+	partitions     int
+	seed           uint64
+	keyConcurrency int
+	maxRecordBytes int
+	logFormat      string
+	logLevel       string
+}
+
+// Demo topics and group on the embedded broker.
+const (
+	demoInput  = "events"
+	demoOutput = "attributions"
+	demoDLQ    = "events-dlq"
+	demoGroup  = "differential-demo"
+)
+
+const demoSynopsis = `Starts an in-process Kafka broker, generates an attribution workload (skewed
+users, late clicks, duplicates, malformed records), produces it, runs the
+click -> install -> purchase chain on it (kafka.Run, Pebble state in a temporary
+directory) with live progress on stderr, and when every stage of every
+partition has reached the end, prints a report and verifies every output and
+dead letter against the reference model. Exits 1 if the verification fails.`
+
+func demoCmd(ctx context.Context, args []string, e *env) error {
+	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, maxRecordBytes: 64 << 10,
+		logFormat: "text", logLevel: "error"}
+	fs := newFlagSet("demo", demoSynopsis, e)
+	fs.IntVar(&o.records, "records", o.records, "number of generated records")
+	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions of the input and output topics")
+	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
+	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
+	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
+	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
+	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log `level` (info shows every rebalance, commit error and dead letter)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case o.records < 1:
+		return usagef("--records must be >= 1, got %d", o.records)
+	case o.partitions < 1 || o.partitions > 1000:
+		return usagef("--partitions must be in [1, 1000], got %d", o.partitions)
+	case o.keyConcurrency < 1 || o.keyConcurrency > maxKeyConcurrency:
+		return usagef("--key-concurrency must be in [1, %d], got %d", maxKeyConcurrency, o.keyConcurrency)
+	case o.maxRecordBytes < 1024:
+		return usagef("--max-record-bytes must be >= 1024, got %d", o.maxRecordBytes)
+	}
+	return o.execute(ctx, e)
+}
+
+// demoResult is what the report shows.
+type demoResult struct {
+	recs      []workload.Record
+	generated time.Duration
+	produced  time.Duration
+	processed time.Duration // group join to the last stage's last record
+	stopped   time.Duration // drain, final commit, leave the group
+	verified  time.Duration // read back and compare
+	total     time.Duration
+	v         *verification
+}
+
+func (o *demoOptions) execute(ctx context.Context, e *env) error {
+	began := time.Now()
+	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	w := e.stderr
+	p := int32(o.partitions)
+	cluster, err := embedded.Start(embedded.Topic(demoInput, p), embedded.Topic(demoOutput, p), embedded.Topic(demoDLQ, 1))
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	brokers := cluster.Addrs()
+	fmt.Fprintf(w, "embedded broker on %s: topics %s and %s (%d partitions each), %s (1)\n",
+		brokers[0], demoInput, demoOutput, p, demoDLQ)
+
+	wcfg := workload.DefaultConfig()
+	wcfg.Records, wcfg.Partitions, wcfg.Seed, wcfg.Topic, wcfg.MaxRecordBytes = o.records, o.partitions, o.seed, demoInput, o.maxRecordBytes
+	t := time.Now()
+	res := demoResult{recs: workload.Generate(wcfg)}
+	res.generated = time.Since(t)
+	fmt.Fprintf(w, "generated %s records (seed %d): %s\n", count(len(res.recs)), o.seed, kindSummary(res.recs))
+
+	rules := attribution.DefaultConfig()
+	rules.MaxRecordBytes = o.maxRecordBytes
+	sc := baseSarama(sarama.V3_0_0_0, o.maxRecordBytes)
+	pr := &producer{brokers: brokers, sc: sc, topic: demoInput, exact: true, progress: produceProgress(w, len(res.recs))}
+	out, err := pr.run(ctx, res.recs)
+	if err != nil {
+		return err
+	}
+	res.produced = out.took
+	fmt.Fprintf(w, "produced %s records in %s\n", count(out.records), out.took.Round(time.Millisecond))
+
+	inputs := workload.Split(res.recs, o.partitions)
+	if err := o.process(ctx, e, log, brokers, sc, rules, inputs, &res); err != nil {
+		return err
+	}
+	t = time.Now()
+	outputs, dead, err := readResults(ctx, brokers, sc)
+	if err != nil {
+		return err
+	}
+	if e.hooks.tamperOutputs != nil {
+		outputs = e.hooks.tamperOutputs(outputs)
+	}
+	res.v = verify(inputs, rules, outputs, dead)
+	res.verified = time.Since(t)
+	res.total = time.Since(began)
+	o.report(e.stdout, &res)
+	if !res.v.OK() {
+		return errors.New("verification failed: the outputs differ from the reference model's (see the report)")
+	}
+	return nil
+}
+
+// process runs the chain through kafka.Run until every stage of every
+// partition has completed the partition's last record, then stops it
+// cleanly (drain, final commit), recording the times in res.
+func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, brokers []string, sc *sarama.Config,
+	rules attribution.Config, inputs [][]chain.Record, res *demoResult) error {
+	dir, err := os.MkdirTemp("", "differential-demo-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	db, err := store.OpenPebble(dir, store.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("open state in %s: %w", dir, err)
+	}
+	defer closeLogged(log, "state store", db)
+	reg := metrics.NewRegistry()
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Sarama: sc, Logger: log, Registry: reg})
+	if err != nil {
+		return err
+	}
+	defer closeLogged(log, "producer", prod)
+	settings := engineSettings{
+		rules: rules, idleTimeout: 250 * time.Millisecond, buffer: 8192, keyConcurrency: o.keyConcurrency,
+		commitInterval: time.Second, shutdown: 30 * time.Second, output: demoOutput, dlq: demoDLQ,
+	}
+	ch, err := newAttributionChain(settings, db, prod, reg, log, e.hooks)
+	if err != nil {
+		return err
+	}
+	ends := make([]int64, len(inputs))
+	for i, recs := range inputs {
+		ends[i] = int64(len(recs))
+	}
+
+	start := time.Now()
+	runCtx, stop := context.WithCancel(ctx)
+	var runErr error
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		runErr = kafka.Run(runCtx, ch, kafka.Config{Brokers: brokers, Topic: demoInput, Group: demoGroup,
+			Sarama: sc, Logger: log, Registry: reg})
+	}()
+	// Whatever happens, Run has returned before the store and the producer
+	// it uses are closed (deferred above, so run after this).
+	defer func() {
+		stop()
+		<-runDone
+	}()
+	waitErr := waitProcessed(ctx, ch, ends, runDone, newProgress(e.stderr, ch.StageNames(), start))
+	res.processed = time.Since(start)
+	stop()
+	<-runDone
+	switch {
+	case runErr != nil:
+		return fmt.Errorf("the consumer failed: %w", runErr)
+	case waitErr != nil:
+		return waitErr
+	}
+	res.stopped = time.Since(start) - res.processed
+	return nil
+}
+
+// waitProcessed polls Stats until every stage of every partition is at the
+// partition's end, showing progress about once a second. It fails if ctx
+// ends or Run returns first.
+func waitProcessed(ctx context.Context, ch *chain.Chain, ends []int64, runDone <-chan struct{}, prog *progress) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastShow := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		case <-runDone:
+			return errors.New("the consumer stopped before the end of the input")
+		case now := <-tick.C:
+			stats := ch.Stats()
+			done := allAtEnd(stats, ends)
+			if done || now.Sub(lastShow) >= time.Second {
+				prog.show(stats, now)
+				lastShow = now
+			}
+			if done {
+				return nil
+			}
+		}
+	}
+}
+
+// allAtEnd reports whether every stage of every partition has position ==
+// the partition's end (partitions without records are done by definition).
+func allAtEnd(stats []chain.PartitionStats, ends []int64) bool {
+	seen := 0
+	for _, ps := range stats {
+		if int(ps.Partition) >= len(ends) || ends[ps.Partition] == 0 {
+			continue
+		}
+		if len(ps.Stages) == 0 {
+			return false
+		}
+		for _, s := range ps.Stages {
+			if s.Position != ends[ps.Partition] {
+				return false
+			}
+		}
+		seen++
+	}
+	want := 0
+	for _, e := range ends {
+		if e > 0 {
+			want++
+		}
+	}
+	return seen == want
+}
+
+// readResults reads the output and dead-letter topics back.
+func readResults(ctx context.Context, brokers []string, sc *sarama.Config) (outputs, dead []readRecord, err error) {
+	c := *sc
+	c.MetricRegistry = metrics.NewRegistry()
+	c.Consumer.MaxWaitTime = 20 * time.Millisecond // closing a partition consumer waits for its fetch
+	client, err := sarama.NewClient(brokers, &c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = client.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if outputs, err = readTopic(ctx, client, demoOutput); err != nil {
+		return nil, nil, err
+	}
+	if dead, err = readTopic(ctx, client, demoDLQ); err != nil {
+		return nil, nil, err
+	}
+	return outputs, dead, nil
+}
+
+func (o *demoOptions) report(w io.Writer, r *demoResult) {
+	v := r.v
+	n := len(r.recs)
+	fmt.Fprintf(w, "\nDifferential demo: %s records, %d partitions, seed %d, key concurrency %d\n",
+		count(n), o.partitions, o.seed, o.keyConcurrency)
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	fmt.Fprintf(w, "  records in      %s (%s)\n", count(n), kindSummary(r.recs))
+	fmt.Fprintf(w, "  throughput      %s records/s through 3 stages: processed in %s, from the group join to the last stage's last record\n",
+		rate(float64(n)/r.processed.Seconds()), ms(r.processed))
+	fmt.Fprintf(w, "  timings         generate %s, produce %s, process %s, stop %s, read back and verify %s; total %s\n",
+		ms(r.generated), ms(r.produced), ms(r.processed), ms(r.stopped), ms(r.verified), ms(r.total))
+	fmt.Fprintf(w, "  outputs         %s (installs %s, purchases %s)\n", count(v.Installs+v.Purchases), count(v.Installs), count(v.Purchases))
+	fmt.Fprintf(w, "  dead-lettered   %s\n", count(v.DeadLettered))
+	fmt.Fprintf(w, "  duplicates      %s skipped\n", count(v.Duplicates))
+	fmt.Fprintf(w, "  verification    %s\n", v.Summary())
+}

@@ -1,0 +1,26 @@
+// Command differential is the CLI of the Differential Kafka consumer engine.
+//
+//	differential demo      the attribution chain on a generated workload, on an embedded broker, verified
+//	differential run       the attribution chain against Kafka brokers (flags or a YAML --config)
+//	differential produce   a generated, seeded attribution workload to a topic
+//	differential bench     the chain engine against the micro-batch baseline (package bench)
+//	differential version   the module and Go versions
+//
+// What it owns: wiring. It builds the attribution chain (processors/attribution)
+// with the Pebble store, the Kafka producer, one go-metrics registry shared by
+// the engine and every sarama client, and the slog logger, and hands it to
+// kafka.Run; it serves /metrics and /healthz (internal/metricshttp). It adds no
+// engine behaviour.
+//
+// Guarantees: exit 0 on success and after a clean stop (the first SIGTERM or
+// SIGINT cancels the context; kafka.Run drains every partition and makes the
+// final commits; a second signal kills the process at once); exit 1 on a
+// fatal error, a missing topic, or a failed demo verification; exit 2 on bad
+// flags or a bad configuration file, with a message naming the flag or key.
+// `run` checks that its three topics exist before it opens the store.
+//
+// Every command runs through cli(ctx, args, env), so tests run them
+// in-process with their own context, writers and test-only hooks (an engine
+// observer, a processor wrapper, the health clock, a way to break the demo's
+// verification); the binary sets no hook.
+package main

@@ -1,0 +1,17 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // restore the default action: a second signal terminates
+	}()
+	os.Exit(cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr}))
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/internal/metricshttp"
+)
+
+// TestMetricsAndHealth runs `run --metrics-addr` with the purchase stage
+// blocked on one partition: /metrics serves the engine's per-stage and
+// per-partition series and sarama's client metrics from the one registry;
+// /healthz is 200 while the blocked stage is within the stall timeout, 503
+// naming the partition and stage once it is not (the health check's clock
+// is moved forward instead of waiting a minute), and 200 again once the
+// stage is released and has caught up (no lag, so no stall).
+func TestMetricsAndHealth(t *testing.T) {
+	tp := newTopics(t, 3)
+	tp.produce(t, 3000, 5)
+	_, ends := tp.input(t)
+
+	var skew atomic.Int64 // added to the health check's clock
+	addrs := make(chan string, 1)
+	pz := newPauser("purchase", 50)
+	w := newWatcher()
+	p := startCLI(t, hooks{
+		chainOptions:     w.member().options(),
+		wrapStages:       pz.wrap,
+		metricsListening: func(a string) { addrs <- a },
+		now:              func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
+	}, tp.runArgs("--metrics-addr", "127.0.0.1:0", "--stall-timeout", "1m")...)
+	base := "http://" + recv(t, addrs, "the metrics server")
+	blocked := recv(t, pz.blocked, "the purchase stage to block")
+
+	status, body := get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	for _, name := range []string{
+		"differential_stage_position", "differential_stage_lag", "differential_stage_mode_polling",
+		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight",
+		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
+		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
+		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",
+	} {
+		require.Contains(t, fams, name, "series %s in:\n%s", name, body)
+	}
+	require.Contains(t, body, fmt.Sprintf(`differential_stage_position{topic=%q,partition="%d",stage="purchase"}`, tp.in, blocked))
+	require.Contains(t, body, fmt.Sprintf(`sarama_consumer_group_sync_total{group=%q} 1`, tp.group))
+
+	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, status, body)
+
+	skew.Store(int64(2 * time.Minute))
+	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body, fmt.Sprintf("%s/%d stage purchase: position ", tp.in, blocked))
+
+	close(pz.release)
+	recv(t, w.reach(ends), "the group to commit every partition's end")
+	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, status, "no lag, so no stall, whatever the clock: %s", body)
+	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if strings.HasSuffix(url, "/metrics") {
+		require.Equal(t, metricshttp.ContentType, resp.Header.Get("Content-Type"))
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestMetricsFollowRebalance: when a second member joins the group, the
+// partitions it takes disappear from the first member's /metrics (the chain
+// unregisters a revoked partition's series), and the first member keeps
+// serving the series of the partitions it still owns.
+func TestMetricsFollowRebalance(t *testing.T) {
+	tp := newTopics(t, 4)
+	tp.produce(t, 2000, 21)
+	_, ends := tp.input(t)
+	w := newWatcher()
+	addrs := make(chan string, 1)
+	a := startCLI(t, hooks{chainOptions: w.member().options(), metricsListening: func(s string) { addrs <- s }},
+		tp.runArgs("--metrics-addr", "127.0.0.1:0", "--state-dir", t.TempDir())...)
+	base := "http://" + recv(t, addrs, "the metrics server")
+	recv(t, w.reach(ends), "the first member to finish the input")
+	require.Equal(t, []int32{0, 1, 2, 3}, metricPartitions(t, base))
+
+	b := startCLIWatching(t, hooks{chainOptions: w.member().options()}, `"msg":"partition started"`,
+		tp.runArgs("--state-dir", t.TempDir())...)
+	recv(t, b.logged, "the second member to start a partition")
+	tp.produce(t, 2000, 22) // both members work after the rebalance
+	_, ends = tp.input(t)
+	recv(t, w.reach(ends), "the group to finish the input")
+
+	var taken []int32
+	for _, line := range strings.Split(b.err.String(), "\n") {
+		var m struct {
+			Msg       string `json:"msg"`
+			Partition int32  `json:"partition"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && m.Msg == "partition started" {
+			taken = append(taken, m.Partition)
+		}
+	}
+	slices.Sort(taken)
+	kept := metricPartitions(t, base)
+	t.Logf("second member took %v; first member's /metrics has %v", taken, kept)
+	require.NotEmpty(t, taken)
+	require.NotEmpty(t, kept)
+	for _, p := range taken {
+		require.NotContains(t, kept, p, "partition %d moved to the second member", p)
+	}
+	require.Len(t, append(taken, kept...), 4)
+	require.Equal(t, exitOK, b.stop(t), tail(b.err.String()))
+	require.Equal(t, exitOK, a.stop(t), tail(a.err.String()))
+
+	// The moved partitions started on the second member without the window
+	// state the first one had (at-least-once mode keeps state per instance,
+	// DESIGN §8), so some of their outputs may differ from the reference
+	// model's; none may be lost or duplicated.
+	inputs, _ := tp.input(t)
+	v := verify(inputs, testRules(), readBack(tp.b.ReadAll(t, tp.out, false)), readBack(tp.b.ReadAll(t, tp.dlq, false)))
+	for _, p := range v.Problems {
+		require.False(t, strings.HasPrefix(p, "lost:") || strings.HasPrefix(p, "duplicated:") || strings.HasPrefix(p, "out of order:"), p)
+	}
+	require.Contains(t, b.err.String(), "partition arrives without local window state", "the move is logged")
+}
+
+// metricPartitions returns the partitions with a differential_stage_position series.
+func metricPartitions(t *testing.T, base string) []int32 {
+	t.Helper()
+	status, body := get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	seen := map[int32]bool{}
+	if f := fams["differential_stage_position"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "partition" {
+					n, err := strconv.Atoi(l.GetValue())
+					require.NoError(t, err)
+					seen[int32(n)] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/processors/attribution"
+)
+
+// runOptions are the settings of `differential run`, from flags and the
+// configuration file.
+type runOptions struct {
+	config         string
+	brokers        []string
+	topic          string
+	group          string
+	output         string
+	dlq            string
+	stateDir       string
+	start          string
+	kafkaVersion   string
+	lookback       time.Duration
+	lateness       time.Duration
+	retention      time.Duration
+	dedupHorizon   time.Duration
+	maxClockSkew   time.Duration
+	maxRecordBytes int
+	offsetDistance int64
+	idleTimeout    time.Duration
+	buffer         int
+	keyConcurrency int
+	commitInterval time.Duration
+	shutdown       time.Duration
+	metricsAddr    string
+	stallTimeout   time.Duration
+	logFormat      string
+	logLevel       string
+
+	version sarama.KafkaVersion // parsed kafkaVersion
+}
+
+// maxKeyConcurrency is the chain's default in-flight window, which bounds a
+// stage's key concurrency.
+const maxKeyConcurrency = 1024
+
+func defaultRunOptions() runOptions {
+	a := attribution.DefaultConfig()
+	return runOptions{
+		topic: "events", group: "differential-attribution", output: "attributions", dlq: "events-dlq",
+		stateDir: "differential-state", start: "earliest", kafkaVersion: defaultKafkaVersion,
+		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
+		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
+		idleTimeout: time.Second, buffer: 8192, keyConcurrency: 1,
+		commitInterval: time.Second, shutdown: 30 * time.Second, stallTimeout: time.Minute,
+		logFormat: "text", logLevel: "info",
+	}
+}
+
+const runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+as a member of --group, writing attributed installs and purchases to --output
+and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
+commit, exit 0). Every flag can also be set in a YAML file given with
+--config, keyed by the flag's name; flags on the command line win.`
+
+func (o *runOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
+	fs.Var(listValue{&o.brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,host:port...]` (required)")
+	fs.StringVar(&o.topic, "topic", o.topic, "input `topic` (must exist)")
+	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
+	fs.StringVar(&o.output, "output", o.output, "output `topic` of attributed installs and purchases (must exist)")
+	fs.StringVar(&o.dlq, "dlq", o.dlq, "dead-letter `topic` (must exist); empty: invalid records are only logged")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state")
+	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
+	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
+	fs.Var(durationValue{&o.lookback}, "lookback", "the `duration` a click may be before an install and still be matched (e.g. 7d, 36h)")
+	fs.Var(durationValue{&o.lateness}, "lateness", "the `duration` (in stream time) a click may arrive late and still be matched")
+	fs.Var(durationValue{&o.retention}, "install-retention", "the `duration` after an install during which purchases are attributed to it")
+	fs.Var(durationValue{&o.dedupHorizon}, "dedup-horizon", "the `duration` an event id is remembered for deduplication (0: the lookback)")
+	fs.Var(durationValue{&o.maxClockSkew}, "max-clock-skew", "the `duration` an event time may be ahead of its Kafka timestamp")
+	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "largest record value accepted; larger ones are dead-lettered")
+	fs.Int64Var(&o.offsetDistance, "offset-distance", o.offsetDistance, "safety distance in offsets between a stage and its leader")
+	fs.Var(durationValue{&o.idleTimeout}, "idle-timeout", "the `duration` a caught-up leader must see no new record before its followers are released")
+	fs.IntVar(&o.buffer, "buffer", o.buffer, "per-partition handoff buffer, in records")
+	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once (1: strict partition order)")
+	fs.Var(durationValue{&o.commitInterval}, "commit-interval", "the `duration` between checkpoints (state persisted, offsets committed)")
+	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
+	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
+	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
+	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+}
+
+// parseRunOptions reads flags, then the configuration file for what the
+// flags did not set, then validates the result.
+func parseRunOptions(args []string, e *env) (runOptions, error) {
+	o := defaultRunOptions()
+	fs := newFlagSet("run", runSynopsis, e)
+	o.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	if o.config != "" {
+		if err := applyConfigFile(fs, o.config); err != nil {
+			return o, err
+		}
+	}
+	return o, o.validate()
+}
+
+// validate reports the first invalid setting, naming its flag (which is
+// also its configuration key).
+func (o *runOptions) validate() error {
+	if err := checkBrokers("brokers", o.brokers); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		flag, topic string
+		required    bool
+	}{{"topic", o.topic, true}, {"output", o.output, true}, {"dlq", o.dlq, false}} {
+		if err := checkTopic(t.flag, t.topic, t.required); err != nil {
+			return err
+		}
+	}
+	switch {
+	case o.group == "":
+		return usagef("--group is required")
+	case o.stateDir == "":
+		return usagef("--state-dir is required")
+	case o.output == o.topic || o.dlq == o.topic:
+		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
+	case o.lookback <= 0:
+		return usagef("--lookback must be > 0, got %s", o.lookback)
+	case o.lateness < 0:
+		return usagef("--lateness must be >= 0, got %s", o.lateness)
+	case o.retention <= 0:
+		return usagef("--install-retention must be > 0, got %s", o.retention)
+	case o.dedupHorizon < 0:
+		return usagef("--dedup-horizon must be >= 0, got %s", o.dedupHorizon)
+	case o.maxClockSkew < 0:
+		return usagef("--max-clock-skew must be >= 0, got %s", o.maxClockSkew)
+	case o.maxRecordBytes <= 0:
+		return usagef("--max-record-bytes must be > 0, got %d", o.maxRecordBytes)
+	case o.buffer < 2:
+		return usagef("--buffer must be at least 2 records, got %d", o.buffer)
+	case o.offsetDistance < 0 || o.offsetDistance >= int64(o.buffer):
+		return usagef("--offset-distance must be >= 0 and smaller than --buffer (%d), got %d", o.buffer, o.offsetDistance)
+	case o.keyConcurrency < 1 || o.keyConcurrency > maxKeyConcurrency:
+		return usagef("--key-concurrency must be in [1, %d], got %d", maxKeyConcurrency, o.keyConcurrency)
+	case o.idleTimeout <= 0:
+		return usagef("--idle-timeout must be > 0, got %s", o.idleTimeout)
+	case o.commitInterval <= 0:
+		return usagef("--commit-interval must be > 0, got %s", o.commitInterval)
+	case o.shutdown <= 0:
+		return usagef("--shutdown-timeout must be > 0, got %s", o.shutdown)
+	case o.stallTimeout <= 0:
+		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
+	}
+	v, err := parseKafkaVersion(o.kafkaVersion)
+	if err != nil {
+		return err
+	}
+	o.version = v
+	if err := o.attribution().Validate(); err != nil {
+		return &usageError{err}
+	}
+	return nil
+}
+
+// attribution is the rules' configuration.
+func (o *runOptions) attribution() attribution.Config {
+	a := attribution.DefaultConfig()
+	a.Lookback, a.Lateness, a.InstallRetention = o.lookback, o.lateness, o.retention
+	a.DedupHorizon = o.dedupHorizon
+	if a.DedupHorizon == 0 {
+		a.DedupHorizon = o.lookback
+	}
+	a.MaxClockSkew, a.MaxRecordBytes = o.maxClockSkew, o.maxRecordBytes
+	return a
+}
+
+// runCmd is `differential run`.
+func runCmd(ctx context.Context, args []string, e *env) error {
+	o, err := parseRunOptions(args, e)
+	if err != nil {
+		return err
+	}
+	return o.execute(ctx, e)
+}

@@ -1,0 +1,37 @@
+// Package metricshttp serves a process's go-metrics registry over HTTP in the
+// Prometheus text exposition format (version 0.0.4), and a health check
+// derived from the engine's Stats.
+//
+// What it owns: nothing long-lived. Handler reads the registry on every
+// scrape (go-metrics registries are safe for concurrent use; the engine's
+// gauges are functional gauges over atomics), and Health reads the Stats
+// function it is given on every request. Both are safe for concurrent use.
+//
+// # Names
+//
+// The engine names its gauges differential.stage.<topic>.<partition>.<stage>.<metric>
+// and differential.partition.<topic>.<partition>.<metric> (chain/stats.go). They
+// are exported as differential_stage_<metric>{topic,partition,stage} and
+// differential_partition_<metric>{topic,partition}. The name is split from
+// the right: the metric and the stage are one dot-free component each and
+// the partition is an integer, so topics may contain dots (Kafka allows
+// them) but stage names must not (the attribution stages' do not). The
+// engine's monotone gauges (commits, processed, ...) are exported as
+// counters with a _total suffix; the others as gauges.
+//
+// Every other metric of the registry is sarama's (the registry is shared
+// with the Kafka clients) and is exported as sarama_<name>, with the
+// per-broker, per-topic and per-group variants turned into labels:
+// request-latency-in-ms-for-broker-1 becomes
+// sarama_request_latency_in_ms{broker="1"}.
+//
+// Types: a go-metrics Counter can go down (sarama's requests-in-flight), so
+// it is a Prometheus gauge; a Meter is a counter <name>_total plus gauges
+// <name>_rate1, _rate5, _rate15 and _rate_mean (per second); a Histogram is a
+// summary (quantiles 0.5, 0.75, 0.95, 0.99, _sum, _count); a Timer is a
+// summary in seconds (<name>_seconds) plus a <name>_rate1 gauge.
+//
+// A scrape never fails because of one metric: names that map onto an
+// already exported series (after sanitizing) are dropped, first one wins in
+// name order, so the output is always valid exposition.
+package metricshttp
