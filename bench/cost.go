@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// limiter is the cap W shared by every processor of one design run: at most
+// W records are in processing (simulated cost plus processor) at once,
+// across all partitions and stages. It also sums the waits asked for and
+// the waits the runtime delivered (timers fire late, by up to a
+// millisecond on a busy machine), so the report can tell timer overshoot
+// from engine overhead.
+type limiter struct {
+	slots             chan struct{}
+	requested, waited atomic.Int64 // ns
+}
+
+func newLimiter(w int) *limiter { return &limiter{slots: make(chan struct{}, w)} }
+
+func (l *limiter) waitedFor(req, got time.Duration) {
+	l.requested.Add(int64(req))
+	l.waited.Add(int64(got))
+}
+
+// overshoot is waited ÷ requested − 1.
+func (l *limiter) overshoot() float64 {
+	r := l.requested.Load()
+	if r == 0 {
+		return 0
+	}
+	return float64(l.waited.Load())/float64(r) - 1
+}
+
+// costProcessor wraps a stage's processor: it takes a slot of the limiter,
+// waits for the record's cost (CostHeader; a timer, not a spin, so the
+// simulated work is I/O-like and uses no CPU), runs the real processor and
+// frees the slot. Sequence is passed through (it is the cheap, ordered part;
+// the engine runs it on the stage goroutine).
+type costProcessor struct {
+	inner chain.Processor
+	lim   *limiter
+}
+
+func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chain.Event) error {
+	select {
+	case c.lim.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.lim.slots }()
+	if d := costOf(ev.Headers); d > 0 {
+		t0 := time.Now()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		c.lim.waitedFor(d, time.Since(t0))
+	}
+	return c.inner.Process(ctx, pc, ev)
+}
+
+type costSequencer struct {
+	costProcessor
+	seq chain.Sequencer
+}
+
+func (c *costSequencer) Sequence(pc *chain.Context, ev *chain.Event) (bool, error) {
+	return c.seq.Sequence(pc, ev)
+}
+
+// withCost wraps p (keeping its Sequencer, if any).
+func withCost(p chain.Processor, lim *limiter) chain.Processor {
+	cp := costProcessor{inner: p, lim: lim}
+	if s, ok := p.(chain.Sequencer); ok {
+		return &costSequencer{costProcessor: cp, seq: s}
+	}
+	return &cp
+}
+
+func costOf(hs []chain.Header) time.Duration {
+	for _, h := range hs {
+		if string(h.Key) == CostHeader {
+			us, err := strconv.ParseInt(string(h.Value), 10, 64)
+			if err != nil || us <= 0 {
+				return 0
+			}
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	return 0
+}
+
+// countingDecoder starts the clock of a design run at its first decoded
+// record (both designs decode every record exactly once, when consumed).
+type countingDecoder struct {
+	inner chain.Decoder
+	prog  *progress
+}
+
+func (d countingDecoder) Decode(r *chain.Record) (chain.Decoded, error) {
+	d.prog.consumed()
+	return d.inner.Decode(r)
+}

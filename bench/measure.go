@@ -1,0 +1,354 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/processors/attribution"
+)
+
+// progress tracks, per input partition, the offset below which every record
+// is complete in a design: processed (or skipped) by every stage with its
+// outputs acknowledged by Kafka. It is fed by the chain's Observer (last
+// stage's position) and by the micro-batch loop (after a batch's acks).
+// Safe for concurrent use.
+type progress struct {
+	ends  []int64 // record count per partition
+	next  []atomic.Int64
+	left  atomic.Int64 // partitions not yet complete
+	done  chan struct{}
+	first atomic.Int64 // unix ns of the first record consumed (decoded)
+	last  atomic.Int64 // unix ns when the last partition completed
+}
+
+func newProgress(ends []int64) *progress {
+	p := &progress{ends: ends, next: make([]atomic.Int64, len(ends)), done: make(chan struct{})}
+	left := int64(0)
+	for _, e := range ends {
+		if e > 0 {
+			left++
+		}
+	}
+	p.left.Store(left)
+	if left == 0 {
+		close(p.done)
+	}
+	return p
+}
+
+// consumed notes that a record was consumed (the first call starts the clock).
+func (p *progress) consumed() {
+	if p.first.Load() == 0 {
+		p.first.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+
+// advance notes that every record of partition part below next is complete.
+func (p *progress) advance(part int32, next int64) {
+	if int(part) >= len(p.next) {
+		return
+	}
+	n := &p.next[part]
+	for {
+		old := n.Load()
+		if next <= old {
+			return
+		}
+		if n.CompareAndSwap(old, next) {
+			end := p.ends[part]
+			if old < end && next >= end && p.left.Add(-1) == 0 {
+				p.last.Store(time.Now().UnixNano())
+				close(p.done)
+			}
+			return
+		}
+	}
+}
+
+// reached waits until n records are complete (or ctx ends).
+func (p *progress) reached(ctx context.Context, n int64) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for p.completed() < n {
+		select {
+		case <-t.C:
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// completed is the number of complete records.
+func (p *progress) completed() int64 {
+	var n int64
+	for i := range p.next {
+		n += min(p.next[i].Load(), p.ends[i])
+	}
+	return n
+}
+
+func (p *progress) total() int64 {
+	var n int64
+	for _, e := range p.ends {
+		n += e
+	}
+	return n
+}
+
+// elapsed is the measured duration: first record consumed to last record complete.
+func (p *progress) elapsed() time.Duration {
+	f, l := p.first.Load(), p.last.Load()
+	if f == 0 || l == 0 {
+		return 0
+	}
+	return time.Duration(l - f)
+}
+
+// chainObserver feeds progress from the chain's last stage.
+type chainObserver struct {
+	p    *progress
+	last int
+}
+
+func (o chainObserver) Begin(chain.BeginInfo) {}
+
+func (o chainObserver) Advanced(_ string, partition int32, stage int, next int64, _ time.Time) {
+	if stage == o.last {
+		o.p.advance(partition, next)
+	}
+}
+
+func (o chainObserver) Committed(string, int32, int64, string) {}
+
+// sample is one point of the completion curve.
+type sample struct {
+	at   int64 // unix ns
+	done int64 // complete records
+}
+
+// sampler records the completion curve and the peak heap every 20ms.
+type sampler struct {
+	prog      *progress
+	stop      chan struct{}
+	once      sync.Once
+	wg        sync.WaitGroup
+	samples   []sample
+	peakLive  uint64 // heap marked live by the last GC
+	peakAlloc uint64 // heap objects, garbage not yet swept included
+}
+
+func heapBytes() (live, alloc uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		live = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		alloc = s[1].Value.Uint64()
+	}
+	return live, alloc
+}
+
+func startSampler(prog *progress) *sampler {
+	runtime.GC()
+	s := &sampler{prog: prog, stop: make(chan struct{})}
+	s.wg.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s.take()
+			select {
+			case <-s.stop:
+				s.take()
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return s
+}
+
+func (s *sampler) take() {
+	live, alloc := heapBytes()
+	s.peakLive, s.peakAlloc = max(s.peakLive, live), max(s.peakAlloc, alloc)
+	if s.prog != nil {
+		s.samples = append(s.samples, sample{at: time.Now().UnixNano(), done: s.prog.completed()})
+	}
+}
+
+// finish stops the sampler (idempotent).
+func (s *sampler) finish() {
+	s.once.Do(func() { close(s.stop) })
+	s.wg.Wait()
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// source is the input record an output came from.
+type source struct {
+	partition int32
+	offset    int64
+}
+
+// sourceOf parses the attribution SourceHeader ("<partition>/<offset>").
+func sourceOf(hs []chain.Header) (source, bool) {
+	for _, h := range hs {
+		if string(h.Key) == attribution.SourceHeader {
+			return parseSource(h.Value)
+		}
+	}
+	return source{}, false
+}
+
+func parseSource(v []byte) (source, bool) {
+	ps, os, ok := bytes.Cut(v, []byte("/"))
+	if !ok {
+		return source{}, false
+	}
+	p, err1 := strconv.ParseInt(string(ps), 10, 32)
+	o, err2 := strconv.ParseInt(string(os), 10, 64)
+	if err1 != nil || err2 != nil {
+		return source{}, false
+	}
+	return source{int32(p), o}, true
+}
+
+// ack is one output's acknowledgement.
+type ack struct {
+	src source
+	at  int64 // unix ns
+}
+
+// ackLog collects the acknowledgement time of every output.
+type ackLog struct {
+	mu   sync.Mutex
+	acks []ack
+}
+
+// ackProducer wraps the designs' producer (kafka.NewProducer): when log is
+// set, it records when Kafka acknowledged each output, by the output's
+// source header. Both designs use it, so latency is measured the same way.
+type ackProducer struct {
+	inner chain.Producer
+	log   *ackLog
+}
+
+func (a *ackProducer) Produce(msgs []chain.Message, done func(error)) {
+	if a.log == nil {
+		a.inner.Produce(msgs, done)
+		return
+	}
+	srcs := make([]source, 0, len(msgs))
+	for i := range msgs {
+		if s, ok := sourceOf(msgs[i].Headers); ok {
+			srcs = append(srcs, s)
+		}
+	}
+	a.inner.Produce(msgs, func(err error) {
+		if err == nil && len(srcs) > 0 {
+			now := time.Now().UnixNano()
+			a.log.mu.Lock()
+			for _, s := range srcs {
+				a.log.acks = append(a.log.acks, ack{s, now})
+			}
+			a.log.mu.Unlock()
+		}
+		done(err)
+	})
+}
+
+// latencies returns, for every acknowledged output of an input sent in
+// [from, to] (unix ns), ack time − the time its input record was sent
+// (feeder.sentAt), sorted.
+func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
+	out := make([]time.Duration, 0, len(acks))
+	for _, a := range acks {
+		if int(a.src.partition) >= len(f.sentAt) || a.src.offset >= int64(len(f.sentAt[a.src.partition])) {
+			continue
+		}
+		sent := f.sentAt[a.src.partition][a.src.offset].Load()
+		if sent < from || sent > to {
+			continue
+		}
+		out = append(out, time.Duration(a.at-sent))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// latencyFloors returns, for the same outputs as latencies, the least
+// latency either design can have given when inputs were sent: the time from
+// sending the input until its event-time gate opens — when the record that
+// raises the partition's stream time past t+Lateness is sent, or when the
+// partition has been quiet for IdleTimeout (idle release), whichever is
+// first — plus its own cost.
+func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(acks))
+	for _, a := range acks {
+		p, o := a.src.partition, a.src.offset
+		if int(p) >= len(f.sentAt) || o >= int64(len(f.sentAt[p])) {
+			continue
+		}
+		sent := f.sentAt[p][o].Load()
+		g, ok := e.gate[a.src]
+		if sent < from || sent > to || !ok {
+			continue
+		}
+		if g.after < 0 {
+			g.after = int64(len(f.sentAt[p])) // only the idle release opens it
+		}
+		wait := time.Duration(0)
+		if g.after > o {
+			n := int64(len(f.sentAt[p]))
+			open, prev := int64(-1), sent
+			for k := o + 1; k <= g.after && k < n; k++ {
+				at := f.sentAt[p][k].Load()
+				if time.Duration(at-prev) > idle {
+					open = prev + int64(idle)
+					break
+				}
+				if k == g.after {
+					open = at
+					break
+				}
+				prev = at
+			}
+			if open < 0 {
+				open = prev + int64(idle)
+			}
+			wait = max(time.Duration(open-sent), 0)
+		}
+		out = append(out, wait+g.cost)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// quantile is the nearest-rank q-quantile of sorted durations.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

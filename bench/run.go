@@ -1,0 +1,644 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/kafka"
+	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/store"
+)
+
+// ErrIncorrect is wrapped by Run's error when a design lost, duplicated or
+// changed an output (or a dead letter): the run fails, whatever its speed.
+var ErrIncorrect = errors.New("bench: a design's output differs from the reference model")
+
+// Run measures every workload of opts (see Options and the package doc) and
+// returns the report. It writes the JSON and SVG files when their paths are
+// set. It fails — with the report so far — when a design loses or
+// duplicates a record's output (ErrIncorrect), stalls past Timeout, or
+// errors.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return Report{}, err
+	}
+	c, err := openCluster(o.Brokers)
+	if err != nil {
+		return Report{}, err
+	}
+	defer c.close()
+	h := &harness{o: o, c: c, cfg: attributionConfig()}
+	rep := Report{
+		Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Quick: o.Quick, Store: o.Store,
+		BatchSize: o.BatchSize, BatchLinger: o.BatchLinger.String(), BufferSize: o.BufferSize,
+		PollingBufferSize: o.PollingBufferSize, IdleTimeout: o.IdleTimeout.String(),
+		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats,
+	}
+	if len(o.Brokers) > 0 {
+		rep.Broker = fmt.Sprint(o.Brokers)
+	}
+	for _, pt := range o.points() {
+		wr, err := h.runPoint(ctx, pt)
+		if wr != nil {
+			rep.Workloads = append(rep.Workloads, *wr)
+		}
+		if err != nil {
+			rep.Targets = targets(rep.Workloads)
+			return rep, err
+		}
+	}
+	rep.Targets = targets(rep.Workloads)
+	if err := rep.write(o.JSONPath, o.SVGPath); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+type harness struct {
+	o   Options
+	c   *cluster
+	cfg attribution.Config
+}
+
+func (h *harness) progressf(format string, args ...any) {
+	fmt.Fprintf(h.o.Progress, "bench: "+format+"\n", args...)
+}
+
+// runPoint measures one configuration: the throughput phase (each design
+// over the same pre-produced input, alternating), the ceilings when asked,
+// then the latency phase.
+func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, error) {
+	P := pt.wc.Partitions
+	gen := time.Now()
+	recs := workload.Generate(pt.wc)
+	exp := newExpectation(recs, P, pt.workers, h.cfg, h.o.IdleTimeout)
+	wr := &WorkloadResult{
+		Workload: pt.name, Records: len(recs), Partitions: P, Workers: pt.workers,
+		Params: pt.wc.String(), Bound: exp.bound, BoundTimeS: exp.bound.Time.Seconds(),
+	}
+	h.progressf("workload %s P=%d W=%d: %s (generated and modelled in %v)", pt.name, P, pt.workers, pt.wc, time.Since(gen).Round(time.Millisecond))
+	input, err := h.c.createTopic("in", P)
+	if err != nil {
+		return nil, err
+	}
+	defer h.c.deleteTopics(input)
+	if err := h.c.produceAll(input, recs, P); err != nil {
+		return nil, err
+	}
+
+	kinds := []kind{kindChain, kindMicroBatch}
+	if pt.keyOrder {
+		kinds = append(kinds, kindMicroBatchKey)
+	}
+	runs := map[kind][]*DesignResult{}
+	for range h.o.Repeats {
+		for _, k := range kinds {
+			r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: input, exp: exp})
+			if err != nil {
+				return wr, err
+			}
+			runs[k] = append(runs[k], r)
+		}
+	}
+	wr.Chain, wr.MicroBatch = median(runs[kindChain]), median(runs[kindMicroBatch])
+	wr.MicroBatchKey = median(runs[kindMicroBatchKey])
+	if pt.ceiling {
+		if err := h.ceilings(ctx, pt, wr); err != nil {
+			return wr, err
+		}
+		wr.PollingChain, err = h.measure(ctx, runSpec{kind: kindPolling, pt: pt, topic: input, exp: exp})
+		if err != nil {
+			return wr, err
+		}
+	}
+	if !h.o.NoLatency {
+		if err := h.latencyPhase(ctx, pt, recs, wr, kinds); err != nil {
+			return wr, err
+		}
+	}
+	wr.ratios()
+	return wr, nil
+}
+
+// ceilings measures the raw consumer and the one-stage no-op chain on a
+// larger input of the point's shape (both read it at hundreds of thousands
+// of records per second, so the point's own input would last milliseconds),
+// three times each, alternating; the median run is reported.
+func (h *harness) ceilings(ctx context.Context, pt point, wr *WorkloadResult) error {
+	wc := pt.wc
+	wc.Records = ceilingRecords
+	if h.o.Quick {
+		wc.Records = ceilingRecords / 10
+	}
+	recs := workload.Generate(wc)
+	exp := &expectation{recs: recs, ends: make([]int64, wc.Partitions)}
+	for i := range recs {
+		exp.ends[recs[i].Partition]++
+	}
+	topic, err := h.c.createTopic("ceil", wc.Partitions)
+	if err != nil {
+		return err
+	}
+	defer h.c.deleteTopics(topic)
+	if err := h.c.produceAll(topic, recs, wc.Partitions); err != nil {
+		return err
+	}
+	wr.CeilingRecords = len(recs)
+	runs := map[kind][]*DesignResult{}
+	for range 3 {
+		for _, k := range []kind{kindRaw, kindNoop} {
+			r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: topic, exp: exp})
+			if err != nil {
+				return err
+			}
+			runs[k] = append(runs[k], r)
+		}
+	}
+	wr.Raw, wr.NoopChain = median(runs[kindRaw]), median(runs[kindNoop])
+	return nil
+}
+
+// ceilingRecords is the input size of the ceiling measurement.
+const ceilingRecords = 300_000
+
+// latencyPhase feeds the input to a fresh, empty topic per design: its first
+// fifth at once (consumed as a backlog, not measured: the log's start holds
+// few outputs, clicks of journeys whose installs come later), then, open
+// loop, the following records at LatencyLoad × the slower design's
+// throughput; it measures the latency of the outputs of those records.
+func (h *harness) latencyPhase(ctx context.Context, pt point, recs []workload.Record, wr *WorkloadResult, kinds []kind) error {
+	rate := h.o.LatencyLoad * min(wr.Chain.ThroughputRPS, wr.MicroBatch.ThroughputRPS)
+	// Records are fed for LatencyDuration plus a tail that is not measured:
+	// the last records of a log wait for the idle release (no later event
+	// time arrives), which a continuous stream never does.
+	d := h.o.LatencyDuration.Seconds()
+	if pt.latencyScale > 0 {
+		d *= pt.latencyScale
+	}
+	tail := min(latencyTail.Seconds(), d/2)
+	warm := len(recs) / 5
+	n := min(len(recs)-warm, max(int(rate*(d+tail)), 2))
+	measured := max(int(float64(n)*d/(d+tail)), 1)
+	wr.LatencyRate, wr.LatencyRecords = rate, measured
+	exp := newExpectation(recs[:warm+n], pt.wc.Partitions, pt.workers, h.cfg, h.o.IdleTimeout)
+	for _, k := range kinds {
+		topic, err := h.c.createTopic("lat", pt.wc.Partitions)
+		if err != nil {
+			return err
+		}
+		r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: topic, exp: exp, paceRate: rate, warm: warm, measured: measured})
+		h.c.deleteTopics(topic)
+		if err != nil {
+			return err
+		}
+		d := wr.design(k)
+		d.P50ms, d.P99ms = r.P50ms, r.P99ms
+		d.LatencyOutputs = r.LatencyOutputs
+		d.latencies = r.latencies
+		d.LatencyCorrectness = r.Correctness
+		d.FloorP50ms, d.FloorP99ms = r.FloorP50ms, r.FloorP99ms
+	}
+	return nil
+}
+
+// kind is a measured consumer.
+type kind string
+
+const (
+	kindChain         kind = "chain"
+	kindMicroBatch    kind = "microbatch"
+	kindMicroBatchKey kind = "microbatch_key"
+	kindRaw           kind = "raw"
+	kindNoop          kind = "noop_chain"
+	kindPolling       kind = "polling_chain"
+)
+
+// runSpec is one design run.
+type runSpec struct {
+	kind  kind
+	pt    point
+	topic string
+	exp   *expectation
+	// paceRate > 0: the latency phase (feed exp.recs[:warm] into the empty
+	// topic at once, the rest at this rate once those are complete);
+	// latency is measured for the outputs of exp.recs[warm:warm+measured].
+	paceRate       float64
+	warm, measured int
+}
+
+// latencyTail is how long the latency phase goes on feeding after the
+// records whose latency it measures (at most half of LatencyDuration).
+const latencyTail = time.Second
+
+// measure runs one design over one input until every record is complete,
+// then stops it and checks its outputs.
+func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error) {
+	phase := "throughput"
+	if s.paceRate > 0 {
+		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
+	}
+	wall := time.Now()
+	d, err := h.newDesign(s)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	var tReady, tDone, tStop time.Duration
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	cpu0 := cpuTime()
+	smp := startSampler(d.prog)
+	defer smp.finish()
+	go func() { errc <- d.run(runCtx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-errc
+	}
+	defer func() {
+		_ = stop()
+	}()
+	timeout := time.NewTimer(h.o.Timeout)
+	defer timeout.Stop()
+
+	select {
+	case <-d.ready:
+	case err := <-errc:
+		stopped = true
+		return nil, fmt.Errorf("bench: %s (%s) stopped before consuming: %w", s.kind, phase, err)
+	case <-timeout.C:
+		return nil, fmt.Errorf("bench: %s (%s): no partition assigned after %v", s.kind, phase, h.o.Timeout)
+	}
+	tReady = time.Since(wall)
+	var fed chan error
+	var f *feeder
+	if s.paceRate > 0 {
+		fed = make(chan error, 1)
+		go func() {
+			// f is read only after fed delivers.
+			ff, err := h.c.pace(runCtx, s.topic, s.exp.recs, s.pt.wc.Partitions, s.paceRate, s.warm, func(ctx context.Context) error {
+				return d.prog.reached(ctx, int64(s.warm))
+			})
+			f = ff
+			fed <- err
+		}()
+		defer func() {
+			if fed != nil {
+				cancel()
+				<-fed
+			}
+		}()
+	}
+	select {
+	case <-d.prog.done:
+	case err := <-errc:
+		stopped = true
+		if err == nil {
+			err = errors.New("stopped early")
+		}
+		return nil, fmt.Errorf("bench: %s (%s): %w", s.kind, phase, err)
+	case <-timeout.C:
+		return nil, fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v", s.kind, phase, d.prog.completed(), d.prog.total(), h.o.Timeout)
+	}
+	cpu := cpuTime() - cpu0
+	tDone = time.Since(wall)
+	smp.finish()
+	note := ""
+	if d.note != nil {
+		note = d.note()
+	}
+	if fed != nil {
+		// Every record was consumed, so every one was sent.
+		err := <-fed
+		fed = nil
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := stop(); err != nil {
+		return nil, fmt.Errorf("bench: %s (%s) failed when stopping: %w", s.kind, phase, err)
+	}
+	if err := d.flush(); err != nil {
+		return nil, err
+	}
+	tStop = time.Since(wall)
+
+	el := d.prog.elapsed()
+	r := &DesignResult{
+		Elapsed:         el.Seconds(),
+		CPUs:            cpu.Seconds(),
+		PeakHeapMB:      float64(smp.peakLive) / (1 << 20),
+		PeakHeapAllocMB: float64(smp.peakAlloc) / (1 << 20),
+		Note:            note,
+	}
+	if el > 0 {
+		r.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
+	}
+	if b := s.exp.bound.Time; b > 0 && el > 0 {
+		eff := b.Seconds() / el.Seconds()
+		r.Efficiency = &eff
+		co := s.exp.bound.ChainOrderTime.Seconds() / el.Seconds()
+		r.EfficiencyChainOrder = &co
+	}
+	if d.lim != nil {
+		r.WaitOvershoot = d.lim.overshoot()
+	}
+	first := d.prog.first.Load()
+	for _, sm := range smp.samples {
+		if sm.at >= first {
+			r.series = append(r.series, seriesPoint{t: time.Duration(sm.at - first).Seconds(), done: sm.done})
+		}
+	}
+	if d.out != "" {
+		c, err := h.check(d, s.exp)
+		if err != nil {
+			return nil, err
+		}
+		r.Correctness = &c
+		if s.paceRate > 0 && c.Missing+c.Duplicates+c.Unexpected+c.OrderViolations == 0 {
+			// While input is fed live, a partition may pause longer than
+			// IdleTimeout; both designs then release the gate (DESIGN §5:
+			// idle release trades completeness for progress), and an
+			// install may miss a click that arrives after the pause. Such
+			// differences in content are reported, not failed; loss,
+			// duplication and order are checked as everywhere.
+			c.OK = true
+			r.Correctness = &c
+		}
+		if !c.OK {
+			return r, fmt.Errorf("%w: %s (%s, workload %s P=%d W=%d): missing %d, duplicated %d, mismatched %d, unexpected %d, out of order %d; first: %s",
+				ErrIncorrect, s.kind, phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
+				c.Missing, c.Duplicates, c.Mismatched, c.Unexpected, c.OrderViolations, c.First)
+		}
+	}
+	if s.paceRate > 0 && d.acks != nil {
+		first, last := &s.exp.recs[s.warm], &s.exp.recs[s.warm+s.measured-1]
+		from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
+		lat := latencies(d.acks.acks, f, from, to)
+		r.latencies = lat
+		r.LatencyOutputs = len(lat)
+		if len(lat) > 0 {
+			p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
+			r.P50ms, r.P99ms = &p50, &p99
+		}
+		if fl := latencyFloors(d.acks.acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
+			p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
+			r.FloorP50ms, r.FloorP99ms = &p50, &p99
+		}
+	}
+	h.progressf("  %-14s %-26s %8.0f rec/s  %6.2fs  cpu %5.1fs  heap %6.1f MB%s%s  [wall %.1fs: ready %.2fs, done %.2fs, stopped %.2fs]",
+		s.kind, phase, r.ThroughputRPS, r.Elapsed, r.CPUs, r.PeakHeapMB, latencyText(r), noteText(r.Note),
+		time.Since(wall).Seconds(), tReady.Seconds(), tDone.Seconds(), tStop.Seconds())
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func latencyText(r *DesignResult) string {
+	if r.P50ms == nil {
+		return ""
+	}
+	return fmt.Sprintf("  p50 %.1fms p99 %.1fms", *r.P50ms, *r.P99ms)
+}
+
+func noteText(n string) string {
+	if n == "" {
+		return ""
+	}
+	return "  (" + n + ")"
+}
+
+func (h *harness) check(d *design, exp *expectation) (Correctness, error) {
+	outs, err := h.c.readTopic(d.out)
+	if err != nil {
+		return Correctness{}, err
+	}
+	dlq, err := h.c.readTopic(d.dlq)
+	if err != nil {
+		return Correctness{}, err
+	}
+	return exp.verify(outs, dlq), nil
+}
+
+// design is one design run, built by newDesign.
+type design struct {
+	prog     *progress
+	ready    chan struct{}
+	run      func(ctx context.Context) error
+	note     func() string
+	out, dlq string
+	acks     *ackLog
+	lim      *limiter
+	closers  []func() error
+	flushers []func() error
+}
+
+func (d *design) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		_ = d.closers[i]()
+	}
+	d.closers = nil
+}
+
+// flush closes the producer and store (every output acknowledged) before
+// the outputs are read back.
+func (d *design) flush() error {
+	var errs []error
+	for _, f := range d.flushers {
+		errs = append(errs, f())
+	}
+	d.flushers = nil
+	return errors.Join(errs...)
+}
+
+// readyAfter returns a function to call with the number of partitions a
+// member claimed; ready closes once all n are claimed.
+func (d *design) readyAfter(n int) func(int) {
+	var claimed atomic.Int64
+	var once sync.Once
+	return func(k int) {
+		if claimed.Add(int64(k)) >= int64(n) {
+			once.Do(func() { close(d.ready) })
+		}
+	}
+}
+
+func (h *harness) newDesign(s runSpec) (*design, error) {
+	o, c := h.o, h.c
+	P, W := s.pt.wc.Partitions, s.pt.workers
+	d := &design{prog: newProgress(s.exp.ends), ready: make(chan struct{})}
+	ready := d.readyAfter(P)
+	group := c.name("group")
+	base := c.config()
+	switch s.kind {
+	case kindRaw:
+		r := &rawConsumer{addrs: c.addrs, sarama: base, topic: s.topic, group: group, prog: d.prog, ready: ready}
+		d.run = r.run
+		return d, nil
+	case kindNoop:
+		ch, err := chain.New([]chain.Stage{{Name: "noop", Processor: noopProcessor}}, countingDecoder{cheapDecoder, d.prog},
+			chain.WithObserver(chainObserver{d.prog, 0}), chain.WithLogger(o.Logger), chain.WithBufferSize(o.BufferSize),
+			chain.WithBatchSize(min(256, o.BufferSize)))
+		if err != nil {
+			return nil, err
+		}
+		d.run = h.chainRun(ch, s.topic, group, func(int) { ready(1) })
+		return d, nil
+	}
+
+	// The designs proper: outputs, dead letters, state, producer.
+	var err error
+	if d.out, err = c.createTopic("out", P); err != nil {
+		return nil, err
+	}
+	if d.dlq, err = c.createTopic("dlq", 1); err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() error { c.deleteTopics(d.out, d.dlq); return nil })
+	st, closeStore, err := h.openStore()
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: c.addrs, Sarama: base, Logger: o.Logger})
+	if err != nil {
+		closeStore()
+		d.close()
+		return nil, err
+	}
+	d.flushers = append(d.flushers, prod.Close, closeStore)
+	d.closers = append(d.closers, func() error { return d.flush() })
+	ap := &ackProducer{inner: prod}
+	if s.paceRate > 0 {
+		d.acks = &ackLog{}
+		ap.log = d.acks
+	}
+	lim := newLimiter(W)
+	d.lim = lim
+	stages := attribution.Chain(h.cfg)
+	for i := range stages {
+		stages[i].Processor = withCost(stages[i].Processor, lim)
+		stages[i].KeyConcurrency = W
+	}
+	dec := countingDecoder{attribution.Decoder(h.cfg), d.prog}
+
+	switch s.kind {
+	case kindChain, kindPolling:
+		buf := o.BufferSize
+		if s.kind == kindPolling {
+			buf = o.PollingBufferSize
+		}
+		ch, err := chain.New(stages, dec,
+			chain.WithStore(st), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
+			chain.WithLateness(h.cfg.Lateness), chain.WithIdleTimeout(o.IdleTimeout),
+			chain.WithBufferSize(buf), chain.WithBatchSize(min(256, buf)),
+			chain.WithObserver(chainObserver{d.prog, len(stages) - 1}), chain.WithLogger(o.Logger))
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.run = h.chainRun(ch, s.topic, group, func(int) { ready(1) })
+		d.note = func() string { return chainNote(ch.Stats()) }
+	case kindMicroBatch, kindMicroBatchKey:
+		mb := &microBatch{
+			addrs: c.addrs, sarama: base, topic: s.topic, group: group,
+			stages: stages, dec: dec, store: st, prod: ap, out: d.out, dlq: d.dlq,
+			lateness: h.cfg.Lateness, idle: o.IdleTimeout, size: o.BatchSize, linger: o.BatchLinger,
+			workers: W, keyOrder: s.kind == kindMicroBatchKey, prog: d.prog, log: o.Logger, ready: ready,
+			maxRetries: 5, backoff: 10 * time.Millisecond, maxBackoff: time.Second,
+		}
+		d.run = mb.run
+		d.note = func() string {
+			return fmt.Sprintf("%d batches, %d idle releases", mb.batches.Load(), mb.release.Load())
+		}
+	default:
+		d.close()
+		return nil, fmt.Errorf("bench: unknown design %q", s.kind)
+	}
+	return d, nil
+}
+
+// chainRun binds ch to the topic with the kafka adapter.
+func (h *harness) chainRun(ch *chain.Chain, topic, group string, assigned func(int)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return kafka.Run(ctx, ch, kafka.Config{
+			Brokers: h.c.addrs, Topic: topic, Group: group, Start: kafka.StartEarliest,
+			Sarama: h.c.config(), Logger: h.o.Logger,
+			Hooks: kafka.Hooks{Assigned: func(string, int32, int64) { assigned(1) }},
+		})
+	}
+}
+
+func chainNote(stats []chain.PartitionStats) string {
+	var switches, idles, polling int64
+	for _, p := range stats {
+		for _, s := range p.Stages {
+			switches += s.Switches
+			idles += s.IdleReleases
+			if s.Mode == "polling" {
+				polling++
+			}
+		}
+	}
+	return fmt.Sprintf("%d mode switches, %d idle releases", switches, idles)
+}
+
+func (h *harness) openStore() (chain.Store, func() error, error) {
+	if h.o.Store == "memory" {
+		m := store.NewMemory()
+		return m, m.Close, nil
+	}
+	dir, err := os.MkdirTemp(h.o.Dir, "differential-bench-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: store dir: %w", err)
+	}
+	db, err := store.OpenPebble(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() error { return errors.Join(db.Close(), os.RemoveAll(dir)) }, nil
+}
+
+var noopProcessor = chain.ProcessorFunc(func(context.Context, *chain.Context, *chain.Event) error { return nil })
+
+// cheapDecoder gives every record one type and its timestamp as event time,
+// without parsing: the no-op chain measures the engine, not decoding.
+var cheapDecoder = chain.DecoderFunc(func(r *chain.Record) (chain.Decoded, error) {
+	return chain.Decoded{Type: "x", Time: r.Timestamp}, nil
+})
+
+// median returns the run with the median throughput.
+func median(rs []*DesignResult) *DesignResult {
+	if len(rs) == 0 {
+		return nil
+	}
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b *DesignResult) int {
+		switch {
+		case a.ThroughputRPS < b.ThroughputRPS:
+			return -1
+		case a.ThroughputRPS > b.ThroughputRPS:
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/processors/attribution"
+)
+
+// referenceTopics turns the expectation into the topics a correct design
+// writes: one output per expected source, one dead letter per invalid input.
+func referenceTopics(e *expectation) (outs, dlq map[int32][]*sarama.ConsumerMessage) {
+	outs, dlq = map[int32][]*sarama.ConsumerMessage{}, map[int32][]*sarama.ConsumerMessage{}
+	for p, log := range e.parts {
+		for o := range log {
+			src := source{int32(p), int64(o)}
+			if out, ok := e.outputs[src]; ok {
+				outs[int32(p)] = append(outs[int32(p)], &sarama.ConsumerMessage{
+					Key: out.Key, Value: out.Value, Offset: int64(len(outs[int32(p)])),
+					Headers: []*sarama.RecordHeader{{Key: []byte(attribution.SourceHeader), Value: attribution.SourceValue(int32(p), int64(o))}},
+				})
+			}
+			if e.invalid[src] {
+				dlq[0] = append(dlq[0], &sarama.ConsumerMessage{
+					Key: log[o].Key, Value: log[o].Value,
+					Headers: []*sarama.RecordHeader{
+						{Key: []byte(chain.HeaderDLQPartition), Value: []byte(strconv.Itoa(p))},
+						{Key: []byte(chain.HeaderDLQOffset), Value: []byte(strconv.Itoa(o))},
+					},
+				})
+			}
+		}
+	}
+	return outs, dlq
+}
+
+func smallExpectation(t *testing.T) *expectation {
+	t.Helper()
+	wc := baseWorkload(3, 3000, 3, time.Millisecond)
+	return newExpectation(workload.Generate(wc), 3, 8, attributionConfig(), 100*time.Millisecond)
+}
+
+func TestVerifyFailsOnLossDuplicationAndChange(t *testing.T) {
+	e := smallExpectation(t)
+	outs, dlq := referenceTopics(e)
+	c := e.verify(outs, dlq)
+	require.True(t, c.OK, "%+v", c)
+	require.Equal(t, len(e.outputs), c.Outputs)
+	require.Equal(t, len(e.invalid), c.DeadLetters)
+
+	lost := map[int32][]*sarama.ConsumerMessage{0: outs[0][1:], 1: outs[1], 2: outs[2]}
+	c = e.verify(lost, dlq)
+	require.False(t, c.OK)
+	require.Equal(t, 1, c.Missing)
+
+	dup := map[int32][]*sarama.ConsumerMessage{0: append(append([]*sarama.ConsumerMessage{}, outs[0]...), outs[0][3]), 1: outs[1], 2: outs[2]}
+	c = e.verify(dup, dlq)
+	require.False(t, c.OK)
+	require.Equal(t, 1, c.Duplicates)
+
+	changed := *outs[1][0]
+	changed.Value = append([]byte(nil), changed.Value...)
+	changed.Value[len(changed.Value)-2] ^= 1
+	chg := map[int32][]*sarama.ConsumerMessage{0: outs[0], 1: append([]*sarama.ConsumerMessage{&changed}, outs[1][1:]...), 2: outs[2]}
+	c = e.verify(chg, dlq)
+	require.False(t, c.OK)
+	require.Equal(t, 1, c.Mismatched)
+
+	c = e.verify(outs, map[int32][]*sarama.ConsumerMessage{0: dlq[0][1:]})
+	require.False(t, c.OK)
+	require.Equal(t, 1, c.Missing)
+}
+
+func TestBoundIsBelowChainOrderBound(t *testing.T) {
+	e := smallExpectation(t)
+	b := e.bound
+	require.Greater(t, b.TotalCost, time.Duration(0))
+	require.LessOrEqual(t, b.LongestChain, b.LongestKey)
+	require.Equal(t, max(b.TotalCost/8, b.LongestChain), b.Time)
+	require.LessOrEqual(t, b.Time, b.ChainOrderTime)
+	require.GreaterOrEqual(t, b.ChainOrderPath, b.LongestChain)
+}
+
+// TestChainOrderPath walks one small log by hand: a follower record waits
+// for its leader's prefix and watermark, and one key's records of a stage
+// run in order.
+func TestChainOrderPath(t *testing.T) {
+	ms := time.Millisecond
+	log := []pathRecord{
+		{valid: true, stage: 0, t: 10, key: "u", cost: 5 * ms}, // click: 0 → 5
+		{valid: true, stage: 1, t: 11, key: "u", cost: 2 * ms}, // install: leader past offset 2 (t 12 > 11): 5 → 7
+		{valid: true, stage: 0, t: 12, key: "v", cost: 1 * ms}, // click: 0 → 1
+		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms}, // purchase: no later time: idle after install stage's end 7 → 107 → 110
+	}
+	require.Equal(t, 110*ms, chainOrderPath(log, 0, 100*ms))
+}
+
+func TestMicroBatchCutKeepsTheGate(t *testing.T) {
+	stages := attribution.Chain(attribution.DefaultConfig())
+	ev := func(o int64, typ string, sec int) chain.Event {
+		return chain.Event{Record: chain.Record{Offset: o}, Decoded: chain.Decoded{Type: typ, Time: time.Unix(int64(sec), 0)}}
+	}
+	m := &microBatch{stages: stages, idle: time.Hour}
+	now := time.Now()
+	cases := []struct {
+		name     string
+		lateness time.Duration
+		held     []chain.Event
+		want     int
+	}{
+		{"install is the latest time: held", 0, []chain.Event{ev(0, "click", 1), ev(1, "install", 3), ev(2, "click", 2)}, 1},
+		{"a later time releases it", 0, []chain.Event{ev(0, "click", 1), ev(1, "install", 3), ev(2, "click", 4)}, 3},
+		{"lateness holds more", 2 * time.Second, []chain.Event{ev(0, "click", 1), ev(1, "install", 3), ev(2, "click", 4)}, 1},
+		{"clicks only", 0, []chain.Event{ev(0, "click", 5), ev(1, "click", 4)}, 2},
+		{"purchase is gated too", 0, []chain.Event{ev(0, "click", 1), ev(1, "purchase", 2)}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m.lateness = tc.lateness
+			p := &mbPartition{held: tc.held, lastArrival: now}
+			require.Equal(t, tc.want, m.cut(p, now))
+		})
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	require.Equal(t, time.Duration(5), quantile(d, 0.5))
+	require.Equal(t, time.Duration(10), quantile(d, 0.99))
+	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
+}

@@ -1,0 +1,366 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/processors/attribution/reference"
+)
+
+// expectation is what DESIGN §5 prescribes for one input (reference.Run over
+// each partition's log), and the analytical bound of its cost draws.
+type expectation struct {
+	recs    []workload.Record
+	parts   [][]chain.Record
+	ends    []int64
+	outputs map[source]reference.Output
+	invalid map[source]bool
+	bound   Bound
+	// gate maps each output's input to the offset whose arrival lets any
+	// design process it (see gateOf).
+	gate map[source]gate
+}
+
+// gate is when an output can be produced at the earliest: an install or
+// purchase at (o, t) needs its leader's watermark > t+Lateness, i.e. the
+// leader past the first offset `after` whose stream time exceeds
+// t+Lateness (-1: none in the log: only the idle release lets it through);
+// and its own cost.
+type gate struct {
+	after int64
+	cost  time.Duration
+}
+
+func (e *expectation) gateOf(p int32, log []pathRecord, lateness time.Duration) {
+	maxT := make([]int64, len(log))
+	m := int64(0)
+	for x := range log {
+		if log[x].valid {
+			m = max(m, log[x].t)
+		}
+		maxT[x] = m
+	}
+	for x := range log {
+		src := source{p, int64(x)}
+		if _, ok := e.outputs[src]; !ok {
+			continue
+		}
+		need := log[x].t + int64(lateness)
+		j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
+			if a <= b {
+				return -1
+			}
+			return 1
+		})
+		g := gate{after: int64(j), cost: log[x].cost}
+		if j >= len(log) {
+			g.after = -1
+		}
+		e.gate[src] = g
+	}
+}
+
+// Bound is the analytical lower bound of a run's duration with W workers:
+// Time = max(TotalCost / W, LongestChain), where TotalCost sums the cost
+// draws of the records a processor runs for (valid, not duplicates) and
+// LongestChain is the largest sum of costs of one key within one stage
+// (those records run one after another in any correct design: same key,
+// same stage, read-modify-write of the same state).
+type Bound struct {
+	Processed    int           `json:"processed"`
+	TotalCost    time.Duration `json:"total_cost_ns"`
+	LongestChain time.Duration `json:"longest_chain_ns"`
+	// LongestKey sums a key's costs over all stages (for reference; stages
+	// of one key may overlap in the chain, so it is not a bound).
+	LongestKey time.Duration `json:"longest_key_ns"`
+	Workers    int           `json:"workers"`
+	Time       time.Duration `json:"time_ns"`
+	// ChainOrderPath is the longest path under the chain's own ordering
+	// rules with unlimited workers and no engine overhead: a stage begins
+	// offset o when its leader has completed every offset below o+1 and (for
+	// a record it processes) the leader's watermark exceeds t+Lateness (or
+	// the leader is idle: IdleTimeout after it finished), and one key's
+	// records of a stage run one after another. ChainOrderTime =
+	// max(TotalCost/W, ChainOrderPath) is what the chain could reach at
+	// best; Time ≤ ChainOrderTime.
+	ChainOrderPath time.Duration `json:"chain_order_path_ns"`
+	ChainOrderTime time.Duration `json:"chain_order_time_ns"`
+}
+
+func newExpectation(recs []workload.Record, partitions, workers int, cfg attribution.Config, idle time.Duration) *expectation {
+	e := &expectation{
+		recs:    recs,
+		parts:   workload.Split(recs, partitions),
+		ends:    make([]int64, partitions),
+		outputs: map[source]reference.Output{},
+		invalid: map[source]bool{},
+		gate:    map[source]gate{},
+	}
+	type keyStage struct{ key, stage string }
+	chains := map[keyStage]time.Duration{}
+	keys := map[string]time.Duration{}
+	costs := make([]map[int64]time.Duration, partitions)
+	for p := range costs {
+		costs[p] = map[int64]time.Duration{}
+	}
+	for i := range recs {
+		costs[recs[i].Partition][recs[i].Offset] = recs[i].Cost
+	}
+	for p, log := range e.parts {
+		e.ends[p] = int64(len(log))
+		res := reference.Run(log, cfg)
+		for _, o := range res.Installs {
+			e.outputs[source{int32(p), o.Offset}] = o
+		}
+		for _, o := range res.Purchases {
+			e.outputs[source{int32(p), o.Offset}] = o
+		}
+		skip := map[int64]bool{}
+		for _, x := range res.Invalid {
+			e.invalid[source{int32(p), x.Offset}] = true
+			skip[x.Offset] = true
+		}
+		for _, o := range res.Duplicates {
+			skip[o] = true
+		}
+		path := make([]pathRecord, len(log))
+		for i := range log {
+			r := &log[i]
+			ev, err := reference.Parse(r, cfg)
+			if err != nil {
+				continue
+			}
+			path[i] = pathRecord{valid: true, dup: skip[r.Offset], stage: stageIndex(ev.Type), t: ev.Time.UnixNano(), key: string(r.Key)}
+			if skip[r.Offset] {
+				continue
+			}
+			c := costs[p][r.Offset]
+			path[i].cost = c
+			e.bound.Processed++
+			e.bound.TotalCost += c
+			chains[keyStage{string(r.Key), ev.Type}] += c
+			keys[string(r.Key)] += c
+		}
+		e.bound.ChainOrderPath = max(e.bound.ChainOrderPath, chainOrderPath(path, cfg.Lateness, idle))
+		e.gateOf(int32(p), path, cfg.Lateness)
+	}
+	for _, c := range chains {
+		e.bound.LongestChain = max(e.bound.LongestChain, c)
+	}
+	for _, c := range keys {
+		e.bound.LongestKey = max(e.bound.LongestKey, c)
+	}
+	e.bound.Workers = workers
+	e.bound.Time = max(e.bound.TotalCost/time.Duration(workers), e.bound.LongestChain)
+	e.bound.ChainOrderTime = max(e.bound.TotalCost/time.Duration(workers), e.bound.ChainOrderPath)
+	return e
+}
+
+// pathRecord is what chainOrderPath needs of one record of a partition.
+type pathRecord struct {
+	valid, dup bool
+	stage      int   // index in the chain, -1 none
+	t          int64 // event time, unix ns
+	key        string
+	cost       time.Duration
+}
+
+func stageIndex(typ string) int {
+	switch typ {
+	case attribution.TypeClick:
+		return 0
+	case attribution.TypeInstall:
+		return 1
+	case attribution.TypePurchase:
+		return 2
+	}
+	return -1
+}
+
+// chainOrderPath is the time the chain's last stage completes one
+// partition's log with unlimited workers: see Bound.ChainOrderPath.
+func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duration {
+	n := len(log)
+	if n == 0 {
+		return 0
+	}
+	// maxT[x] = largest valid event time at offsets <= x: the leader's
+	// watermark once its position is past x.
+	maxT := make([]int64, n)
+	m := int64(0)
+	for x := range log {
+		if log[x].valid {
+			m = max(m, log[x].t)
+		}
+		maxT[x] = m
+	}
+	prev := make([]time.Duration, n) // leader's prefix completion times
+	cur := make([]time.Duration, n)
+	for k := range 3 {
+		last := map[string]time.Duration{}
+		done := time.Duration(0)
+		for x := range log {
+			r := &log[x]
+			gate := time.Duration(0)
+			if k > 0 {
+				gate = prev[x]
+			}
+			if r.valid && r.stage == k {
+				if k > 0 {
+					// The leader's watermark must exceed t+Lateness: its
+					// position must pass the first offset whose prefix
+					// maximum does; with none, idle release.
+					need := r.t + int64(lateness)
+					j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
+						if a <= b {
+							return -1
+						}
+						return 1
+					})
+					if j < n {
+						gate = max(gate, prev[j])
+					} else {
+						gate = max(gate, prev[n-1]+idle)
+					}
+				}
+				fin := gate
+				if !r.dup {
+					fin = max(gate, last[r.key]) + r.cost
+					last[r.key] = fin
+				}
+				done = max(done, fin)
+			} else {
+				done = max(done, gate)
+			}
+			cur[x] = done
+		}
+		prev, cur = cur, prev
+	}
+	return prev[n-1]
+}
+
+// Correctness is the comparison of one design run's output and dead-letter
+// topics with the reference model. OK means nothing is missing, duplicated,
+// different or unexpected, and every key's outputs of a stage are in offset
+// order.
+type Correctness struct {
+	OK          bool `json:"ok"`
+	Outputs     int  `json:"outputs"`
+	DeadLetters int  `json:"dead_letters"`
+	Missing     int  `json:"missing"`
+	Duplicates  int  `json:"duplicates"`
+	// Mismatched outputs differ in content; in the latency phase they are
+	// tolerated (idle releases while input arrives live), see measure.
+	Mismatched      int    `json:"mismatched"`
+	Unexpected      int    `json:"unexpected"`
+	OrderViolations int    `json:"order_violations"`
+	First           string `json:"first_problem,omitempty"`
+}
+
+func (c *Correctness) problem(counter *int, format string, args ...any) {
+	*counter++
+	if c.First == "" {
+		c.First = fmt.Sprintf(format, args...)
+	}
+}
+
+func header(hs []*sarama.RecordHeader, key string) ([]byte, bool) {
+	for _, h := range hs {
+		if h != nil && string(h.Key) == key {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+var installPrefix = []byte(`{"kind":"install"`)
+
+// verify compares outputs and dead letters (read back from a design's topics)
+// with the expectation. Every output is identified by its source header, so a
+// record whose output appears twice is a duplicate and one whose output is
+// absent is lost.
+func (e *expectation) verify(outs, dlq map[int32][]*sarama.ConsumerMessage) Correctness {
+	var c Correctness
+	seen := map[source]int{}
+	type orderKey struct {
+		key       string
+		install   bool
+		partition int32
+	}
+	for op, msgs := range outs {
+		last := map[orderKey]source{}
+		for _, m := range msgs {
+			c.Outputs++
+			v, ok := header(m.Headers, attribution.SourceHeader)
+			src, ok2 := parseSource(v)
+			if !ok || !ok2 {
+				c.problem(&c.Unexpected, "output %d/%d has no source header", op, m.Offset)
+				continue
+			}
+			if seen[src]++; seen[src] > 1 {
+				c.problem(&c.Duplicates, "output of input %d/%d appears %d times", src.partition, src.offset, seen[src])
+				continue
+			}
+			want, ok := e.outputs[src]
+			switch {
+			case !ok:
+				c.problem(&c.Unexpected, "output of input %d/%d is not in the reference: %s", src.partition, src.offset, m.Value)
+				continue
+			case !bytes.Equal(want.Value, m.Value) || !bytes.Equal(want.Key, m.Key):
+				c.problem(&c.Mismatched, "output of input %d/%d differs:\n  want %s\n  got  %s", src.partition, src.offset, want.Value, m.Value)
+			}
+			k := orderKey{string(m.Key), bytes.HasPrefix(m.Value, installPrefix), src.partition}
+			if prev, ok := last[k]; ok && prev.offset > src.offset {
+				c.problem(&c.OrderViolations, "outputs of key %q: input %d/%d after %d/%d", k.key, src.partition, src.offset, prev.partition, prev.offset)
+			}
+			last[k] = src
+		}
+	}
+	for src := range e.outputs {
+		if seen[src] == 0 {
+			c.problem(&c.Missing, "output of input %d/%d is missing", src.partition, src.offset)
+		}
+	}
+	dseen := map[source]int{}
+	for _, msgs := range dlq {
+		for _, m := range msgs {
+			c.DeadLetters++
+			pv, ok1 := header(m.Headers, chain.HeaderDLQPartition)
+			ov, ok2 := header(m.Headers, chain.HeaderDLQOffset)
+			p, err1 := strconv.ParseInt(string(pv), 10, 32)
+			o, err2 := strconv.ParseInt(string(ov), 10, 64)
+			if !ok1 || !ok2 || err1 != nil || err2 != nil {
+				c.problem(&c.Unexpected, "dead letter %d has no source headers", m.Offset)
+				continue
+			}
+			src := source{int32(p), o}
+			if dseen[src]++; dseen[src] > 1 {
+				c.problem(&c.Duplicates, "dead letter of input %d/%d appears %d times", p, o, dseen[src])
+				continue
+			}
+			if !e.invalid[src] {
+				c.problem(&c.Unexpected, "input %d/%d was dead-lettered but is valid in the reference", p, o)
+				continue
+			}
+			in := &e.parts[p][o]
+			if !bytes.Equal(in.Key, m.Key) || !bytes.Equal(in.Value, m.Value) {
+				c.problem(&c.Mismatched, "dead letter of input %d/%d does not carry the original key and value", p, o)
+			}
+		}
+	}
+	for src := range e.invalid {
+		if dseen[src] == 0 {
+			c.problem(&c.Missing, "dead letter of input %d/%d is missing", src.partition, src.offset)
+		}
+	}
+	c.OK = c.Missing+c.Duplicates+c.Mismatched+c.Unexpected+c.OrderViolations == 0
+	return c
+}
