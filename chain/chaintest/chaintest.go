@@ -38,6 +38,8 @@ type Tester struct {
 		outputs []chain.Message
 		acks    AckMode
 		held    []func(error)
+		discard bool
+		counts  map[string]int
 	}
 
 	ch      *chain.Chain
@@ -87,6 +89,27 @@ func (t *Tester) SetAckMode(m AckMode) {
 	t.mu.Lock()
 	t.mu.acks = m
 	t.mu.Unlock()
+}
+
+// DiscardOutputs makes the fake producer count outputs (OutputCount)
+// instead of keeping them, for long runs that measure memory.
+func (t *Tester) DiscardOutputs() {
+	t.mu.Lock()
+	t.mu.discard = true
+	t.mu.Unlock()
+}
+
+// OutputCount is how many messages were acknowledged to topic.
+func (t *Tester) OutputCount(topic string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.mu.counts[topic]
+	for _, m := range t.mu.outputs {
+		if m.Topic == topic {
+			n++
+		}
+	}
+	return n
 }
 
 // Release acknowledges every held output (AckHold) with err.
@@ -283,7 +306,7 @@ func (p producer) Produce(msgs []chain.Message, done func(error)) {
 		t.mu.held = append(t.mu.held, func(err error) {
 			if err == nil {
 				t.mu.Lock()
-				t.mu.outputs = append(t.mu.outputs, cp...)
+				t.keepLocked(cp)
 				t.mu.Unlock()
 			}
 			done(err)
@@ -294,7 +317,7 @@ func (p producer) Produce(msgs []chain.Message, done func(error)) {
 	t.mu.Unlock()
 	ack := func() {
 		t.mu.Lock()
-		t.mu.outputs = append(t.mu.outputs, cp...)
+		t.keepLocked(cp)
 		t.mu.Unlock()
 		done(nil)
 	}
@@ -303,6 +326,19 @@ func (p producer) Produce(msgs []chain.Message, done func(error)) {
 		return
 	}
 	ack()
+}
+
+func (t *Tester) keepLocked(msgs []chain.Message) {
+	if !t.mu.discard {
+		t.mu.outputs = append(t.mu.outputs, msgs...)
+		return
+	}
+	if t.mu.counts == nil {
+		t.mu.counts = map[string]int{}
+	}
+	for _, m := range msgs {
+		t.mu.counts[m.Topic]++
+	}
 }
 
 type committer struct {

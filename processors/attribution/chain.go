@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -96,7 +97,7 @@ func emit(pc *chain.Context, user string, value []byte) {
 }
 
 // ClickProcessor is the click stage: it stores each non-duplicate click in
-// its user's click list.
+// its user's bucket of click time.
 type ClickProcessor struct{ cfg Config }
 
 // Sequence deduplicates clicks.
@@ -105,51 +106,43 @@ func (p *ClickProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, err
 }
 
 // Process appends the click (offset, time, arrival watermark max(S(o), t),
-// event id, campaign, channel) to "c/"+user_id, dropping the clicks no
-// install can use any more (EvictionWatermark − time > Lookback+Lateness).
-// The list's expiry is its latest click time + Lookback + Lateness.
+// event id, campaign, channel) to its user's bucket of click time, without
+// decoding what the bucket holds. A bucket expires once the last time it
+// can hold is unusable: bucket end + Lookback + Lateness. A click that no
+// install can use any more (EvictionWatermark − time > Lookback+Lateness)
+// is not stored.
 func (p *ClickProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
 	e, err := payload(ev)
 	if err != nil {
 		return err
 	}
+	win := p.cfg.clickWindow()
+	if !usable(e.Time, pc.EvictionWatermark(), win) {
+		return nil
+	}
 	st := pc.State()
-	key := clickKey(e.UserID)
+	b := p.cfg.bucketOf(e.Time)
+	key := clickKey(e.UserID, b)
 	old, ok, err := st.Get(key)
 	if err != nil {
 		return fmt.Errorf("attribution: get %q: %w", key, err)
 	}
-	wm, win, o := pc.EvictionWatermark(), p.cfg.clickWindow(), pc.Offset()
-	buf := make([]byte, 1, len(old)+64+len(e.EventID)+len(e.CampaignID)+len(e.Channel))
-	buf[0] = stateVersion
-	var latest time.Time
+	o := pc.Offset()
+	buf := make([]byte, clickHeaderLen, max(len(old), clickHeaderLen)+64+len(e.EventID)+len(e.CampaignID)+len(e.Channel))
 	if ok {
-		r, err := newReader(old)
-		if err != nil {
+		if _, err := newClickReader(old); err != nil {
 			return corrupt(key, err)
 		}
-		for len(r.b) > 0 {
-			c := r.click()
-			if r.err != nil {
-				return corrupt(key, r.err)
-			}
-			if c.offset != o && usable(c.time, wm, win) {
-				buf = append(buf, c.raw...)
-				latest = maxTime(latest, c.time)
-			}
+		if lastClickOffset(old) == o {
+			return nil // a repeated Process of this record: already stored
 		}
+		buf = append(buf[:0], old...)
 	}
-	if usable(e.Time, wm, win) {
-		buf = appendClick(buf, o, e.Time, maxTime(pc.StreamTime(), e.Time), e)
-		latest = maxTime(latest, e.Time)
-	}
-	if len(buf) == 1 {
-		if ok {
-			return st.Delete(key)
-		}
-		return nil
-	}
-	return st.Set(key, buf, latest.Add(win))
+	buf[0] = stateVersion
+	binary.BigEndian.PutUint64(buf[1:clickHeaderLen], uint64(o))
+	buf = appendClick(buf, o, e.Time, maxTime(pc.StreamTime(), e.Time), e)
+	end := time.Unix(0, (b+1)*int64(p.cfg.clickBucket())-1)
+	return st.Set(key, buf, end.Add(win))
 }
 
 // InstallProcessor is the install stage: it attributes each non-duplicate
@@ -178,19 +171,23 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	now := maxTime(s, t)
 	lateLimit := t.Add(p.cfg.Lateness)
 
-	ckey := clickKey(e.UserID)
-	clicks, ok, err := st.Get(ckey)
-	if err != nil {
-		return fmt.Errorf("attribution: get %q: %w", ckey, err)
-	}
 	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
-	if ok {
-		r, err := newReader(clicks)
+	var best clickView
+	found := false
+	// Candidates have t − Lookback ≤ time ≤ t: only these buckets.
+	for b := p.cfg.bucketOf(t.Add(-p.cfg.Lookback)); b <= p.cfg.bucketOf(t); b++ {
+		ckey := clickKey(e.UserID, b)
+		clicks, ok, err := st.Get(ckey)
+		if err != nil {
+			return fmt.Errorf("attribution: get %q: %w", ckey, err)
+		}
+		if !ok {
+			continue
+		}
+		r, err := newClickReader(clicks)
 		if err != nil {
 			return corrupt(ckey, err)
 		}
-		var best clickView
-		found := false
 		for len(r.b) > 0 {
 			c := r.click()
 			if r.err != nil {
@@ -205,13 +202,13 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 				best, found = c, true
 			}
 		}
-		if found {
-			out.Attributed = true
-			out.ClickID = string(best.eventID)
-			out.CampaignID = string(best.campaign)
-			out.Channel = string(best.channel)
-			out.ClickTime = best.time
-		}
+	}
+	if found {
+		out.Attributed = true
+		out.ClickID = string(best.eventID)
+		out.CampaignID = string(best.campaign)
+		out.Channel = string(best.channel)
+		out.ClickTime = best.time
 	}
 
 	ikey := installKey(e.UserID)

@@ -80,3 +80,11 @@ func (c Config) mustValidate(caller string) {
 
 // clickWindow is how long (in stream time) a click stays usable: Lookback + Lateness.
 func (c Config) clickWindow() time.Duration { return c.Lookback + c.Lateness }
+
+// clickBucket is the event-time width of one click bucket: Lookback/8 (at
+// least a second), so an install reads at most 9 buckets.
+func (c Config) clickBucket() time.Duration { return max(c.Lookback/8, time.Second) }
+
+// bucketOf is the bucket of event time t (t is after 1970: the decoder
+// rejects earlier times).
+func (c Config) bucketOf(t time.Time) int64 { return t.UnixNano() / int64(c.clickBucket()) }

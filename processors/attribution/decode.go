@@ -43,7 +43,7 @@ var (
 //
 // Key: DESIGN §5 says key = user_id, and the engine runs records of one
 // Kafka key in order while different keys may run in parallel. The
-// processors keep per-user state (read-modify-write of "c/"+user_id and
+// processors keep per-user state (read-modify-write of the "c/"+user_id buckets and
 // "i/"+user_id), so a record whose key differs from its user_id could race
 // with the user's other records (and would usually sit in another
 // partition than the user's other events). Such records are therefore

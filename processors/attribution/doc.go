@@ -29,9 +29,12 @@
 //
 // # State layout
 //
-//	c/<user_id>               clicks of the user, in offset order:
-//	                          offset, time, arrival, event_id, campaign_id, channel
-//	                          expiry = latest click time + Lookback + Lateness
+//	c/<user_id>#<bucket>      clicks of the user whose time falls in the bucket
+//	                          (bucket = time / (Lookback/8), 8 bytes big-endian),
+//	                          in offset order, after a header holding the last
+//	                          offset appended: offset, time, arrival, event_id,
+//	                          campaign_id, channel
+//	                          expiry = bucket end + Lookback + Lateness
 //	i/<user_id>               installs of the user, in offset order:
 //	                          offset, time, event_id, campaign_id (empty if organic)
 //	                          expiry = latest install time + InstallRetention
@@ -50,10 +53,12 @@
 // An entry's expiry is the last stream time at which a rule can still use
 // it: the engine must delete it only once the slowest stage's watermark is
 // strictly greater (it passes watermark − 1ns as evictBefore and deletes
-// expiry ≤ evictBefore). On every write the click and install stages also
-// drop list entries that are unusable at Context.EvictionWatermark()
-// (EvictionWatermark − time > Lookback+Lateness, resp. > InstallRetention),
-// and do not store a new entry that is already unusable. Every record a stage
+// expiry ≤ evictBefore). Storing a click appends it to its bucket without
+// decoding the bucket (the cost does not grow with a busy user's history; an
+// install reads the at most 9 buckets its lookback covers), and whole
+// buckets expire. The install stage drops, on every write, list entries
+// that are unusable at Context.EvictionWatermark() (EvictionWatermark − time
+// > InstallRetention). Neither stores a new entry that is already unusable. Every record a stage
 // will still process has S(o) ≥ EvictionWatermark, and each rule's window
 // condition is monotone in S, so eviction and trimming never change an
 // output; the state of a user is bounded by the clicks/installs within one

@@ -2,6 +2,7 @@ package attribution_test
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
@@ -93,7 +94,14 @@ func TestChainStages(t *testing.T) {
 	})
 }
 
-func TestClickStoreAndTrim(t *testing.T) {
+// clickBucketKey is the state key of u1's click bucket holding time t.
+func clickBucketKey(cfg attribution.Config, user string, t time.Time) string {
+	w := max(cfg.Lookback/8, time.Second)
+	b := t.UnixNano() / int64(w)
+	return attribution.ClickKeyPrefix + user + "#" + string(binary.BigEndian.AppendUint64(nil, uint64(b)))
+}
+
+func TestClickStoreAndExpiry(t *testing.T) {
 	cfg := attribution.DefaultConfig()
 	cfg.Lateness = time.Hour
 	h := newHarness(t, cfg)
@@ -105,21 +113,20 @@ func TestClickStoreAndTrim(t *testing.T) {
 	require.Len(t, s.Clicks, 2)
 	assert.Equal(t, attribution.StoredClick{UserID: "u1", EventID: "c2", Offset: 1, Time: t0.Add(-time.Hour), Arrival: t0.Add(time.Minute),
 		CampaignID: "B", Channel: "ch-c2"}, s.Clicks[1])
-	assert.True(t, h.st.m["c/u1"].exp.Equal(t0.Add(-time.Hour+7*24*time.Hour+time.Hour)), "expiry = latest click + Lookback + Lateness")
+	// A bucket expires when the last time it can hold is no longer usable:
+	// bucket end + Lookback + Lateness.
+	w := cfg.Lookback / 8
+	k := clickBucketKey(cfg, "u1", t0.Add(-time.Hour))
+	bucketEnd := time.Unix(0, (t0.Add(-time.Hour).UnixNano()/int64(w)+1)*int64(w)-1)
+	require.Contains(t, h.st.m, k)
+	assert.True(t, h.st.m[k].exp.Equal(bucketEnd.Add(7*24*time.Hour+time.Hour)), "expiry = bucket end + Lookback + Lateness")
+	assert.NotEqual(t, k, clickBucketKey(cfg, "u1", t0.Add(-8*24*time.Hour)), "8 days apart: different buckets")
 
-	// With the eviction watermark at t0, c1 (8 days old > 7d+1h) is trimmed.
-	h.run(h.event(2, click("c3", "u1", -2*time.Hour, "C")), time.Minute, 0)
-	require.Len(t, h.snapshot().Clicks, 2)
-	assert.Equal(t, "c2", h.snapshot().Clicks[0].EventID)
-
-	// A click that is already unusable is not stored; the list goes when empty.
+	// A click that is already unusable is not stored.
 	h2 := newHarness(t, cfg)
 	h2.run(h2.event(0, click("c1", "u1", -30*24*time.Hour, "A")), 0, 0)
-	assert.NotContains(t, h2.st.m, "c/u1")
+	assert.NotContains(t, h2.st.m, clickBucketKey(cfg, "u1", t0.Add(-30*24*time.Hour)))
 	assert.Contains(t, h2.st.m, "d/click/c1")
-	h2.run(h2.event(1, click("c2", "u1", 0, "A")), 0, 0)
-	h2.run(h2.event(2, click("c3", "u1", 0, "A")), 0, 20*24*time.Hour)
-	assert.NotContains(t, h2.st.m, "c/u1")
 }
 
 func TestSequenceDedup(t *testing.T) {
@@ -203,7 +210,7 @@ func TestProcessorErrors(t *testing.T) {
 	assert.True(t, chain.IsFatal(err), "%v", err)
 
 	// Corrupt state: Fatal.
-	require.NoError(t, h.st.Set(0, []byte("c/u1"), []byte{1, 0xff}, time.Time{}))
+	require.NoError(t, h.st.Set(0, []byte(clickBucketKey(attribution.DefaultConfig(), "u1", ev.Time)), []byte{1, 0xff}, time.Time{}))
 	err = s.Processor.Process(context.Background(), pc, ev)
 	assert.True(t, chain.IsFatal(err), "%v", err)
 	require.NoError(t, h.st.Set(0, []byte("d/install/i1"), []byte{9}, time.Time{}))

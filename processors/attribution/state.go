@@ -11,7 +11,11 @@ import (
 
 // State keys (the engine scopes them to the partition).
 const (
-	// ClickKeyPrefix + user_id: the user's stored clicks, in offset order.
+	// ClickKeyPrefix + user_id + "#" + bucket (8 bytes, big-endian): the
+	// user's stored clicks whose time falls in that bucket (a Lookback/8
+	// slice of event time), in offset order. Bucketing keeps the cost of
+	// storing a click independent of how many clicks a busy user has, and
+	// lets a whole bucket expire at once.
 	ClickKeyPrefix = "c/"
 	// InstallKeyPrefix + user_id: the user's stored installs, in offset order.
 	InstallKeyPrefix = "i/"
@@ -25,7 +29,17 @@ const stateVersion = 1
 
 var errCorrupt = errors.New("corrupt state value")
 
-func clickKey(user string) []byte   { return append([]byte(ClickKeyPrefix), user...) }
+// clickKeySuffix is the length of "#" + bucket.
+const clickKeySuffix = 9
+
+func clickKey(user string, bucket int64) []byte {
+	k := make([]byte, 0, len(ClickKeyPrefix)+len(user)+clickKeySuffix)
+	k = append(k, ClickKeyPrefix...)
+	k = append(k, user...)
+	k = append(k, '#')
+	return binary.BigEndian.AppendUint64(k, uint64(bucket))
+}
+
 func installKey(user string) []byte { return append([]byte(InstallKeyPrefix), user...) }
 func seenKey(typ, id string) []byte {
 	k := make([]byte, 0, len(SeenKeyPrefix)+len(typ)+1+len(id))
@@ -38,7 +52,7 @@ func seenKey(typ, id string) []byte {
 // Encoding (all integers varints):
 //
 //	seen value:    version, time (unix ns)
-//	click list:    version, { offset, time, arrival, len+event_id, len+campaign_id, len+channel }*
+//	click bucket:  version, last offset (8 bytes), { offset, time, arrival, len+event_id, len+campaign_id, len+channel }*
 //	install list:  version, { offset, time, len+event_id, len+campaign_id }*
 
 func appendVarint(b []byte, v int64) []byte     { return binary.AppendVarint(b, v) }
@@ -82,6 +96,20 @@ func (r *reader) bytes() []byte {
 	r.b = r.b[n+int(l):]
 	return s
 }
+
+// Click buckets start with a header: version, then the offset of the last
+// click appended (8 bytes, big-endian), so a repeated Process of the same
+// record is recognised without decoding the bucket.
+const clickHeaderLen = 1 + 8
+
+func newClickReader(v []byte) (*reader, error) {
+	if len(v) < clickHeaderLen || v[0] != stateVersion {
+		return nil, errCorrupt
+	}
+	return &reader{b: v[clickHeaderLen:]}, nil
+}
+
+func lastClickOffset(v []byte) int64 { return int64(binary.BigEndian.Uint64(v[1:clickHeaderLen])) }
 
 func newReader(v []byte) (*reader, error) {
 	if len(v) == 0 || v[0] != stateVersion {
@@ -242,8 +270,11 @@ func SnapshotOf(entries map[string][]byte) (Snapshot, error) {
 	for k, v := range entries {
 		switch {
 		case strings.HasPrefix(k, ClickKeyPrefix):
-			user := k[len(ClickKeyPrefix):]
-			r, err := newReader(v)
+			if len(k) < len(ClickKeyPrefix)+clickKeySuffix || k[len(k)-clickKeySuffix] != '#' {
+				return s, fmt.Errorf("key %q: %w", k, errCorrupt)
+			}
+			user := k[len(ClickKeyPrefix) : len(k)-clickKeySuffix]
+			r, err := newClickReader(v)
 			if err != nil {
 				return s, fmt.Errorf("key %q: %w", k, err)
 			}
