@@ -26,6 +26,7 @@ var (
 	costFlag      = flag.Duration("bench.cost-median", 0, "median cost of A and C (0: 1ms)")
 	keyOrderFlag  = flag.Bool("bench.microbatch-key-order", false, "also run the per-key micro-batch variant")
 	noLatencyFlag = flag.Bool("bench.no-latency", false, "skip the latency phase")
+	storeFlag     = flag.String("bench.store", "", "state store: pebble (default) or memory")
 	jsonFlag      = flag.String("bench.json", "", "JSON report path")
 	svgFlag       = flag.String("bench.svg", "", "SVG charts path")
 )
@@ -39,7 +40,7 @@ func TestReport(t *testing.T) {
 		Records: *recordsFlag, Partitions: *partsFlag, Workers: *workersFlag, Seed: *seedFlag,
 		Quick: *quickFlag, Repeats: *repeatsFlag, CostMedian: *costFlag,
 		MicroBatchKeyOrder: *keyOrderFlag, NoLatency: *noLatencyFlag,
-		JSONPath: *jsonFlag, SVGPath: *svgFlag, Progress: os.Stderr,
+		Store: *storeFlag, JSONPath: *jsonFlag, SVGPath: *svgFlag, Progress: os.Stderr,
 	}
 	start := time.Now()
 	rep, err := Run(context.Background(), o)

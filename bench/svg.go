@@ -80,10 +80,10 @@ func (a axis) px(x float64) float64 {
 
 func (a axis) py(y float64) float64 { return a.y0 + a.h - (y-a.ymin)/(a.ymax-a.ymin)*a.h }
 
-func frame(b *strings.Builder, x, y int, title, xlabel, ylabel string) axis {
-	fmt.Fprintf(b, `<g><rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", x, y, panelW, panelH)
+func frame(b *strings.Builder, x, y, width int, title, xlabel, ylabel string) axis {
+	fmt.Fprintf(b, `<g><rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", x, y, width, panelH)
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="12" font-weight="bold">%s</text>`+"\n", x+8, y+16, html.EscapeString(title))
-	a := axis{x0: float64(x + padL), y0: float64(y + padT), w: float64(panelW - padL - padR), h: float64(panelH - padT - padB)}
+	a := axis{x0: float64(x + padL), y0: float64(y + padT), w: float64(width - padL - padR), h: float64(panelH - padT - padB)}
 	fmt.Fprintf(b, `<text x="%.0f" y="%d" text-anchor="middle">%s</text>`+"\n", a.x0+a.w/2, y+panelH-6, html.EscapeString(xlabel))
 	fmt.Fprintf(b, `<text x="%d" y="%.0f" text-anchor="middle" transform="rotate(-90 %d %.0f)">%s</text>`+"\n", x+12, a.y0+a.h/2, x+12, a.y0+a.h/2, html.EscapeString(ylabel))
 	return a
@@ -149,7 +149,7 @@ func rate(s []seriesPoint) (ts, rs []float64) {
 }
 
 func throughputPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
-	a := frame(b, x, y, title+" — throughput", "seconds since the first record", "records/s (200 ms window)")
+	a := frame(b, x, y, panelW, title+" — throughput", "seconds since the first record", "records/s (200 ms window)")
 	var entries [][2]string
 	type line struct {
 		ts, rs []float64
@@ -183,7 +183,7 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 	if wr.LatencyRecords > 0 {
 		label = fmt.Sprintf("latency CDF at %.0f rec/s offered", wr.LatencyRate)
 	}
-	a := frame(b, x, y, title+" — "+label, "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
+	a := frame(b, x, y, panelW, title+" — "+label, "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
 	lo, hi := math.Inf(1), 0.0
 	for _, dc := range designColors {
 		if d := dc.get(wr); d != nil && len(d.latencies) > 0 {
@@ -232,7 +232,7 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 }
 
 func gridPanel(b *strings.Builder, x, y int, grid []*WorkloadResult) {
-	a := frame(b, x, y, "C: throughput over partitions × workers", "P/W and chain ÷ micro-batch", "records/s")
+	a := frame(b, x, y, 2*panelW+20, "C: throughput over partitions × workers", "", "records/s")
 	ymax := 1.0
 	for _, w := range grid {
 		for _, dc := range designColors {
@@ -241,7 +241,7 @@ func gridPanel(b *strings.Builder, x, y int, grid []*WorkloadResult) {
 			}
 		}
 	}
-	a.xmin, a.xmax, a.ymin, a.ymax = 0, float64(len(grid)), 0, ymax*1.1
+	a.xmin, a.xmax, a.ymin, a.ymax = 0, float64(len(grid)), 0, ymax*1.3
 	a.grid(b, nil, ticks(0, a.ymax), num, num)
 	bw := a.w / float64(len(grid)) / 4
 	var entries [][2]string
@@ -259,7 +259,8 @@ func gridPanel(b *strings.Builder, x, y int, grid []*WorkloadResult) {
 			}
 			k++
 		}
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%d/%d %.1fx</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+14, w.Partitions, w.Workers, w.RatioThroughput)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">P=%d W=%d</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+14, w.Partitions, w.Workers)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">chain ÷ mb %.1fx</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+28, w.RatioThroughput)
 	}
 	legend(b, a, entries, false)
 	b.WriteString("</g>\n")

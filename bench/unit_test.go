@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +136,37 @@ func TestQuantile(t *testing.T) {
 	require.Equal(t, time.Duration(5), quantile(d, 0.5))
 	require.Equal(t, time.Duration(10), quantile(d, 0.99))
 	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
+}
+
+// TestWriteSVG draws a synthetic report: every panel kind, well formed.
+func TestWriteSVG(t *testing.T) {
+	mk := func(rps float64, lat ...time.Duration) *DesignResult {
+		p50, p99 := 10.0, 90.0
+		d := &DesignResult{ThroughputRPS: rps, P50ms: &p50, P99ms: &p99, latencies: lat}
+		for i := range 50 {
+			d.series = append(d.series, seriesPoint{t: float64(i) * 0.02, done: int64(i) * int64(rps) / 50})
+		}
+		return d
+	}
+	floor := 50.0
+	rep := &Report{Broker: "test", GoVersion: "go"}
+	a := WorkloadResult{Workload: "A", Records: 100, Partitions: 8, Workers: 64, LatencyRecords: 10, LatencyRate: 5,
+		Chain: mk(1000, time.Millisecond, 20*time.Millisecond), MicroBatch: mk(100, 100*time.Millisecond, 300*time.Millisecond), RatioThroughput: 10}
+	a.Chain.FloorP99ms = &floor
+	rep.Workloads = append(rep.Workloads, a)
+	for _, p := range []int{4, 16, 64} {
+		for _, w := range []int{4, 16, 64} {
+			rep.Workloads = append(rep.Workloads, WorkloadResult{Workload: "C", Partitions: p, Workers: w,
+				Chain: mk(float64(p * w)), MicroBatch: mk(float64(p)), RatioThroughput: float64(w)})
+		}
+	}
+	var b strings.Builder
+	require.NoError(t, rep.WriteSVG(&b))
+	svg := b.String()
+	require.True(t, strings.HasPrefix(svg, "<svg") && strings.HasSuffix(svg, "</svg>\n"))
+	require.Equal(t, 4, strings.Count(svg, "<polyline"), "two throughput curves and two CDFs")
+	require.Contains(t, svg, "P=64 W=64")
+	if path := os.Getenv("BENCH_SVG_OUT"); path != "" {
+		require.NoError(t, os.WriteFile(path, []byte(svg), 0o644))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ type partitionRun struct {
 	commitErr atomic.Int64
 	// ready is set once ring and stages are built; Stats reads them only then.
 	ready atomic.Bool
+	// closers: pollers being closed off their stage goroutines.
+	closers sync.WaitGroup
 }
 
 func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
@@ -251,6 +254,7 @@ func (p *partitionRun) run(ctx context.Context) error {
 	for _, s := range p.stages {
 		s.stopWorkers()
 	}
+	p.closers.Wait()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
 	var finalErr error
@@ -316,8 +320,16 @@ func (p *partitionRun) decode(r *Record) Event {
 
 func (p *partitionRun) commitLoop(ctx context.Context) {
 	cl := p.c.cfg.clock
+	// Spread the partitions' checkpoints over the interval (a fixed phase per
+	// partition) instead of syncing every partition's batch at one instant.
+	phase := time.Duration(float64(p.c.cfg.commitInterval) * math.Mod(float64(p.partition)*0.6180339887, 1))
+	first := true
 	for {
-		t := cl.NewTimer(p.c.cfg.commitInterval)
+		d := p.c.cfg.commitInterval
+		if first {
+			d, first = d+phase, false
+		}
+		t := cl.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()

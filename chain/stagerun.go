@@ -124,7 +124,9 @@ func unixTime(ns int64) time.Time {
 func (s *stageRun) loop(ctx context.Context) error {
 	defer func() {
 		if s.poller != nil {
-			_ = s.poller.Close()
+			if err := s.poller.Close(); err != nil {
+				s.p.log.Warn("closing poller", "stage", s.name, "err", err)
+			}
 		}
 	}()
 	for {
@@ -176,15 +178,19 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 			}
 			return b, err
 		}
-		if ring.Covers(s.cursor) {
-			err := s.poller.Close()
+		if s.backInBuffer() {
+			// Closing a poller can wait for its in-flight fetch (a long
+			// poll): do it off the stage goroutine. run waits for it.
+			pl := s.poller
 			s.poller = nil
+			s.p.closers.Go(func() {
+				if err := pl.Close(); err != nil {
+					s.p.log.Warn("closing poller", "stage", s.name, "err", err)
+				}
+			})
 			s.mode.Store(modeBuffered)
 			s.switches.Add(1)
 			s.p.log.Debug("stage switched back to buffered mode", "stage", s.name, "offset", s.cursor)
-			if err != nil {
-				s.p.log.Warn("closing poller", "stage", s.name, "err", err)
-			}
 			continue
 		}
 		recs, err := s.poller.Fetch(ctx, s.recs[:0])
@@ -205,6 +211,17 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 		s.recs = recs[:0]
 		return b, nil
 	}
+}
+
+// backInBuffer reports whether a polling stage should read the buffer again:
+// its cursor is covered with a quarter of the buffer to spare before the
+// writer would evict it again (or it caught up with the buffer's head).
+// Without the margin a follower slightly slower than the fetcher would flip
+// modes at every batch.
+func (s *stageRun) backInBuffer() bool {
+	ring := s.p.ring
+	low, high := ring.Low(), ring.High()
+	return s.cursor >= high || s.cursor >= low+int64(ring.Cap()/4)
 }
 
 // handle begins one record: gate, stream time, tracker, then skip, dead

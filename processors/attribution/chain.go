@@ -174,8 +174,11 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
 	var best clickView
 	found := false
-	// Candidates have t − Lookback ≤ time ≤ t: only these buckets.
-	for b := p.cfg.bucketOf(t.Add(-p.cfg.Lookback)); b <= p.cfg.bucketOf(t); b++ {
+	// Candidates have t − Lookback ≤ time ≤ t: only these buckets. Buckets
+	// split event time, so scanning them newest first, the first bucket
+	// with a candidate holds the winner (every click of an older bucket is
+	// earlier than every click of it).
+	for b := p.cfg.bucketOf(t); b >= p.cfg.bucketOf(t.Add(-p.cfg.Lookback)) && !found; b-- {
 		ckey := clickKey(e.UserID, b)
 		clicks, ok, err := st.Get(ckey)
 		if err != nil {
