@@ -253,9 +253,9 @@ type ackProducer struct {
 	log   *ackLog
 }
 
-func (a *ackProducer) Produce(msgs []chain.Message, done func(error)) {
+func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
 	if a.log == nil {
-		a.inner.Produce(msgs, done)
+		a.inner.Produce(ctx, msgs, done)
 		return
 	}
 	srcs := make([]source, 0, len(msgs))
@@ -264,7 +264,7 @@ func (a *ackProducer) Produce(msgs []chain.Message, done func(error)) {
 			srcs = append(srcs, s)
 		}
 	}
-	a.inner.Produce(msgs, func(err error) {
+	a.inner.Produce(ctx, msgs, func(err error) {
 		if err == nil && len(srcs) > 0 {
 			now := time.Now().UnixNano()
 			a.log.mu.Lock()

@@ -611,7 +611,7 @@ func (m *microBatch) handle(ctx context.Context, k int, s *share, i int, acks *a
 				}
 			}
 			acks.add()
-			m.prod.Produce(msgs, acks.done)
+			m.prod.Produce(context.Background(), msgs, acks.done)
 			return nil
 		}
 		if chain.IsFatal(err) {
@@ -643,7 +643,7 @@ func (m *microBatch) deadLetter(acks *ackWait, k int, ev *chain.Event, reason er
 		chain.Header{Key: []byte(chain.HeaderDLQStage), Value: []byte(m.names[k])},
 	)
 	acks.add()
-	m.prod.Produce([]chain.Message{{Topic: m.dlq, Key: ev.Key, Value: ev.Value, Headers: h}}, acks.done)
+	m.prod.Produce(context.Background(), []chain.Message{{Topic: m.dlq, Key: ev.Key, Value: ev.Value, Headers: h}}, acks.done)
 }
 
 // checkpoint persists the partition's state with every stage at its next

@@ -41,10 +41,12 @@ type Committer interface {
 type Producer interface {
 	// Produce hands msgs to Kafka asynchronously and calls done exactly once:
 	// with nil after every message is acknowledged, or with the first error.
-	// It must not retain the msgs slice after returning (the byte slices the
-	// messages point to stay valid). done may run on any goroutine and must
-	// not block.
-	Produce(msgs []Message, done func(error))
+	// ctx bounds only the hand-over: if it ends while Produce would block
+	// (the client's buffer is full), the messages not yet handed over fail
+	// with ctx's error. It must not retain the msgs slice after returning
+	// (the byte slices the messages point to stay valid). done may run on
+	// any goroutine and must not block.
+	Produce(ctx context.Context, msgs []Message, done func(error))
 }
 
 // Store owns the durable window state and stage checkpoints of the

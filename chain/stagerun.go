@@ -483,15 +483,26 @@ func (s *stageRun) emit(msgs []Message, o int64) error {
 		return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o,
 			Err: errors.New("stage emitted output but the chain has no producer (WithProducer)")}
 	}
-	cfg.producer.Produce(msgs, func(err error) {
-		if err != nil {
-			s.drop()
-			s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("produce: %w", err)})
+	cfg.producer.Produce(s.work, msgs, s.acked(o, "produce"))
+	return nil
+}
+
+// acked returns the done callback of record o's outputs: complete on
+// success; otherwise the record is dropped (not committed) and — unless the
+// hand-over was cut short because the shutdown timeout abandoned in-flight
+// work — the partition fails.
+func (s *stageRun) acked(o int64, what string) func(error) {
+	return func(err error) {
+		if err == nil {
+			s.complete(o)
 			return
 		}
-		s.complete(o)
-	})
-	return nil
+		s.drop()
+		if s.work.Err() != nil && errors.Is(err, s.work.Err()) {
+			return
+		}
+		s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("%s: %w", what, err)})
+	}
 }
 
 // Dead-letter headers added to the original record's headers.
@@ -524,14 +535,7 @@ func (s *stageRun) deadLetter(ev *Event, reason error) {
 	)
 	msgs := []Message{{Topic: cfg.dlqTopic, Key: ev.Key, Value: ev.Value, Headers: h}}
 	o := ev.Offset
-	cfg.producer.Produce(msgs, func(err error) {
-		if err != nil {
-			s.drop()
-			s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("produce dead letter: %w", err)})
-			return
-		}
-		s.complete(o)
-	})
+	cfg.producer.Produce(s.work, msgs, s.acked(o, "produce dead letter"))
 }
 
 // noteProgress records when the position last moved (for stall detection).

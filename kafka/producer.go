@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,7 +147,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 // when Kafka acknowledged every message (acks=all), or with the first error.
 // It copies nothing but the slice of headers; the byte slices msgs point to
 // must stay valid until done runs (chain.Producer's contract).
-func (p *Producer) Produce(msgs []chain.Message, done func(error)) {
+func (p *Producer) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
 	if len(msgs) == 0 {
 		done(nil)
 		return
@@ -160,7 +161,18 @@ func (p *Producer) Produce(msgs []chain.Message, done func(error)) {
 		return
 	}
 	for i := range msgs {
-		p.ap.Input() <- toProducerMessage(&msgs[i], g)
+		if ctx.Err() != nil {
+			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w", msgs[i].Topic, ctx.Err()))
+			return
+		}
+		select {
+		case p.ap.Input() <- toProducerMessage(&msgs[i], g):
+		case <-ctx.Done():
+			// Not handed over: fail the call (done runs once, with the
+			// first error; acknowledgements of what was sent are ignored).
+			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w", msgs[i].Topic, ctx.Err()))
+			return
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -66,13 +67,13 @@ func TestProducerAcksEachCallOnceAndKeepsHeaders(t *testing.T) {
 			}
 		}
 		dones[c] = newDone()
-		p.Produce(msgs, dones[c].done)
+		p.Produce(context.Background(), msgs, dones[c].done)
 	}
 	for _, d := range dones {
 		require.NoError(t, d.wait(t))
 	}
 	empty := newDone()
-	p.Produce(nil, empty.done)
+	p.Produce(context.Background(), nil, empty.done)
 	require.NoError(t, empty.wait(t), "an empty call is acknowledged at once")
 	require.NoError(t, p.Close())
 	for c, d := range dones {
@@ -117,7 +118,7 @@ func TestProducerReportsTheFirstErrorOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	d := newDone()
-	p.Produce([]chain.Message{
+	p.Produce(context.Background(), []chain.Message{
 		{Topic: topic, Value: []byte("ok-1")},
 		{Topic: missing, Value: []byte("lost")},
 		{Topic: topic, Value: []byte("ok-2")},
@@ -126,14 +127,23 @@ func TestProducerReportsTheFirstErrorOnce(t *testing.T) {
 	require.ErrorIs(t, err, sarama.ErrUnknownTopicOrPartition)
 	require.Contains(t, err.Error(), missing)
 
+	// A hand-over cut short by its context fails with the context's error
+	// instead of blocking (the chain passes the context the shutdown
+	// timeout cancels).
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cut := newDone()
+	p.Produce(cancelled, []chain.Message{{Topic: topic, Value: []byte("never")}}, cut.done)
+	require.ErrorIs(t, cut.wait(t), context.Canceled)
+
 	ok := newDone()
-	p.Produce([]chain.Message{{Topic: topic, Value: []byte("ok-3")}}, ok.done)
+	p.Produce(context.Background(), []chain.Message{{Topic: topic, Value: []byte("ok-3")}}, ok.done)
 	require.NoError(t, ok.wait(t), "the producer works on after a failed call")
 	require.NoError(t, p.Close())
 	require.EqualValues(t, 1, d.calls.Load(), "the failed call's done ran once")
 
 	closed := newDone()
-	p.Produce([]chain.Message{{Topic: topic, Value: []byte("late")}}, closed.done)
+	p.Produce(context.Background(), []chain.Message{{Topic: topic, Value: []byte("late")}}, closed.done)
 	require.True(t, errors.Is(closed.wait(t), kafka.ErrProducerClosed))
 	require.NoError(t, p.Close(), "Close is idempotent")
 }

@@ -296,7 +296,7 @@ func (t *Tester) Stats() []chain.PartitionStats {
 
 type producer struct{ t *Tester }
 
-func (p producer) Produce(msgs []chain.Message, done func(error)) {
+func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(error)) {
 	t := p.t
 	cp := make([]chain.Message, len(msgs))
 	copy(cp, msgs)
