@@ -12,6 +12,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/workload"
 )
 
@@ -95,42 +96,11 @@ func (c *cluster) createTopic(kind string, partitions int) (string, error) {
 	c.mu.Lock()
 	c.topics = append(c.topics, name)
 	c.mu.Unlock()
-	// A real broker answers CreateTopics before every broker serves the
-	// topic; there is no notification for that, so this polls briefly.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := c.checkLeaders(name, partitions)
-		if err == nil {
-			return name, nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("bench: topic %s has no leader for every partition: %w", name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// A real broker answers CreateTopics before every broker serves the topic.
+	if err := kadmin.AwaitLeaders(c.addrs, c.config(), name, int32(partitions), 30*time.Second); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
 	}
-}
-
-func (c *cluster) checkLeaders(topic string, partitions int) error {
-	cfg := c.config()
-	cfg.Metadata.Retry.Max = 0
-	client, err := sarama.NewClient(c.addrs, cfg)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ps, err := client.Partitions(topic)
-	if err != nil {
-		return err
-	}
-	if len(ps) != partitions {
-		return fmt.Errorf("metadata lists %d of %d partitions", len(ps), partitions)
-	}
-	for _, p := range ps {
-		if _, err := client.Leader(topic, p); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-	}
-	return nil
+	return name, nil
 }
 
 // deleteTopics deletes topics (errors are ignored: it only frees memory on

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/kadmin"
 )
 
 // EnvBrokers names the environment variable that points the tests at a real cluster.
@@ -124,54 +125,10 @@ func (b *Broker) Topic(t testing.TB, partitions int32) string {
 	if b.Real() {
 		t.Cleanup(func() { b.deleteTopic(t, name) })
 	}
-	if err := b.awaitLeaders(name, partitions, 30*time.Second); err != nil {
+	if err := kadmin.AwaitLeaders(b.addrs, b.Config(), name, partitions, 30*time.Second); err != nil {
 		t.Fatalf("testbroker: topic %s: %v", name, err)
 	}
 	return name
-}
-
-// awaitLeaders waits until a fresh client sees a leader for every partition of topic. A real
-// broker answers CreateTopics when the controller has the topic; the brokers learn of it a
-// moment later and until then answer UNKNOWN_TOPIC_OR_PARTITION. No notification exists for
-// that, so this is the one place that polls, with a short backoff and a deadline.
-func (b *Broker) awaitLeaders(topic string, partitions int32, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := b.checkLeaders(topic, partitions)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no leader for every partition after %s: %w", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (b *Broker) checkLeaders(topic string, partitions int32) error {
-	cfg := b.Config()
-	cfg.Metadata.Retry.Max = 0
-	client, err := sarama.NewClient(b.addrs, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeQuietly(client)
-	if err := client.RefreshMetadata(topic); err != nil {
-		return err
-	}
-	ps, err := client.Partitions(topic)
-	if err != nil {
-		return err
-	}
-	if int32(len(ps)) != partitions {
-		return fmt.Errorf("metadata lists %d of %d partitions", len(ps), partitions)
-	}
-	for _, p := range ps {
-		if _, err := client.Leader(topic, p); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-	}
-	return nil
 }
 
 func (b *Broker) deleteTopic(t testing.TB, name string) {
