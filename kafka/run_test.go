@@ -374,6 +374,12 @@ func TestFatalPartitionErrorStopsRunAfterFinalCommits(t *testing.T) {
 
 	for p, blk := range groupOffsets(t, b, group, topic, partitionsOf(types)) {
 		pos := l.stagePositions(p)
+		if minOf(pos) == 0 && blk.Offset == -1 {
+			// The fatal error came before this partition completed
+			// anything (or before it was claimed): there is nothing to
+			// commit, and nothing was committed.
+			continue
+		}
 		require.Equal(t, minOf(pos), blk.Offset, "partition %d made its final commit (stages at %v)", p, pos)
 		if p == failP {
 			require.LessOrEqual(t, blk.Offset, failAt, "the failed record is not committed")
