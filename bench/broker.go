@@ -90,7 +90,7 @@ func (c *cluster) createTopic(kind string, partitions int) (string, error) {
 		return "", fmt.Errorf("bench: admin: %w", err)
 	}
 	defer admin.Close()
-	if err := admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: -1}, false); err != nil {
+	if err := admin.CreateTopic(name, kadmin.NewTopic(int32(partitions)), false); err != nil {
 		return "", fmt.Errorf("bench: create topic %s: %w", name, err)
 	}
 	c.mu.Lock()

@@ -238,6 +238,9 @@ share.coordinator.state.topic.min.isr=$min_isr
 
 auto.create.topics.enable=false
 delete.topic.enable=true
+# Generated workloads carry event times weeks back; with the default 7-day
+# time retention the broker would delete their segments while tests run.
+log.retention.ms=-1
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=500
 

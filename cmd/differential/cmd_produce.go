@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/workload"
 )
 
@@ -118,7 +119,9 @@ func createTopic(client sarama.Client, topic string, partitions int) error {
 		return fmt.Errorf("create topic %q: %w", topic, err)
 	}
 	// Not admin.Close: it would close the shared client, which the caller owns.
-	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: -1}, false)
+	// No retention limit: the generated events are dated weeks back, and
+	// the default 7-day time retention would delete them (kadmin.NewTopic).
+	err = admin.CreateTopic(topic, kadmin.NewTopic(int32(partitions)), false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return fmt.Errorf("create topic %q: %w", topic, err)
 	}

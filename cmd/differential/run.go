@@ -17,6 +17,11 @@ import (
 // every partition and makes the final commits) or a fatal error.
 func (o *runOptions) execute(ctx context.Context, e *env) error {
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	if o.logLevel == "debug" {
+		// sarama's own client log (connections, subscriptions, rebalances)
+		// is the first thing to read when a partition stops moving.
+		sarama.Logger = slog.NewLogLogger(log.With("component", "sarama").Handler(), slog.LevelDebug)
+	}
 	sc := baseSarama(o.version, o.maxRecordBytes)
 	if err := o.preflight(sc); err != nil {
 		return err

@@ -140,10 +140,14 @@ func (l *logTail) String() string {
 // start runs `differential run` and returns a channel that gets its exit.
 func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail) {
 	t.Helper()
+	level := "info"
+	if os.Getenv("DIFFERENTIAL_E2E_DUMP") != "" {
+		level = "debug" // sarama's client log too
+	}
 	cmd := exec.Command(bin, "run",
 		"--brokers", strings.Join(e.b.Addrs(), ","), "--topic", e.in, "--output", e.out, "--dlq", e.dlq,
 		"--group", e.group, "--state-dir", e.dir, "--commit-interval", "100ms", "--idle-timeout", "200ms",
-		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", "info")
+		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", level)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -171,16 +175,10 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 // finish, stops it with SIGTERM (exit 0), and checks the same as the
 // in-process crash test: nothing lost, repeats byte-identical, dead letters
 // exact, offsets committed to the end, Pebble state equal to the model's.
+// DIFFERENTIAL_E2E_DUMP=dir keeps both processes' logs there (at debug
+// level, sarama's client log included) and makes the test SIGQUIT a process
+// that stops making progress, for a goroutine dump.
 func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
-	if os.Getenv("DIFFERENTIAL_E2E_SIGKILL") == "" {
-		// Known issue: under full-suite load on the real broker the
-		// restarted process sometimes stalls: its stages idle at the end
-		// of what was fetched, sarama's consumer waiting minutes for a
-		// fetch response (see the README). Until that is fixed it runs only
-		// when asked for; DIFFERENTIAL_E2E_DUMP=dir makes the test SIGQUIT
-		// a stalled process for a goroutine dump.
-		t.Skip("set DIFFERENTIAL_E2E_SIGKILL=1 to run (see the comment)")
-	}
 	const partitions = 4
 	b := testbroker.New(t)
 	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),

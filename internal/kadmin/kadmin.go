@@ -9,6 +9,22 @@ import (
 	"github.com/IBM/sarama"
 )
 
+// NewTopic is the TopicDetail the project's tools create topics with:
+// the given partition count, the broker's replication factor, and no
+// retention limit. Kafka deletes a segment once its newest record
+// timestamp is older than retention.ms (7 days by default), and the
+// generated workloads carry event times weeks in the past: with the
+// default, a broker's periodic retention check can delete an input topic's
+// head in the middle of a test or a benchmark.
+func NewTopic(partitions int32) *sarama.TopicDetail {
+	unlimited := "-1"
+	return &sarama.TopicDetail{
+		NumPartitions:     partitions,
+		ReplicationFactor: -1,
+		ConfigEntries:     map[string]*string{"retention.ms": &unlimited, "retention.bytes": &unlimited},
+	}
+}
+
 // AwaitLeaders waits until a fresh client sees a leader for every one of
 // the topic's partitions. A real broker answers CreateTopics before every
 // broker serves the topic, and there is no notification for that, so this

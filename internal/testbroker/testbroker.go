@@ -108,7 +108,7 @@ func Name(t testing.TB, suffix string) string {
 }
 
 // Topic creates a topic with a unique name and the given partition count (replication
-// factor: the broker's default) and returns its name once every partition has a leader.
+// factor: the broker's default; no retention limit, see kadmin.NewTopic) and returns its name once every partition has a leader.
 // On a real broker the topic is deleted when the test finishes.
 func (b *Broker) Topic(t testing.TB, partitions int32) string {
 	t.Helper()
@@ -118,8 +118,7 @@ func (b *Broker) Topic(t testing.TB, partitions int32) string {
 		t.Fatalf("testbroker: admin: %v", err)
 	}
 	defer closeQuietly(admin)
-	detail := &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}
-	if err := admin.CreateTopic(name, detail, false); err != nil {
+	if err := admin.CreateTopic(name, kadmin.NewTopic(partitions), false); err != nil {
 		t.Fatalf("testbroker: create topic %s: %v", name, err)
 	}
 	if b.Real() {
