@@ -23,9 +23,12 @@
 //   - commits: OffsetCommit and OffsetFetch only (and Run's topic check), so
 //     a commit is answered as soon as the coordinator has written it.
 //   - polling: followers that fell behind the handoff buffer read the
-//     partition themselves; each reader is its own sarama Consumer on this
-//     shared client (a Consumer allows one reader per partition, and two
-//     followers of one partition may poll at once).
+//     partition themselves, each with its own Fetch requests at its own
+//     offset on this shared client (internal/kfetch: control records and
+//     aborted transactions filtered as sarama's consumer does). A reader
+//     fetches only when its follower asks, and its follower is behind the
+//     leader, so its fetches answer at once instead of long-polling in
+//     front of the others; opening one costs no round trip.
 //   - producer: NewProducer's own client, idempotent with acks=all.
 //
 // # Commits

@@ -438,7 +438,7 @@ func TestConfigValidate(t *testing.T) {
 
 // TestFollowerPollsKafkaWhenBehindTheBuffer: a follower held while its
 // leader runs more than the handoff buffer ahead must read the partition
-// from Kafka itself (the polling client, one sarama Consumer per reader, two
+// from Kafka itself (the polling client, its own fetch requests per reader, two
 // followers of one partition at once) and switch back, without skipping or
 // repeating an offset (DESIGN I2). The run also reports into one registry:
 // sarama's client metrics and the chain's gauges side by side.

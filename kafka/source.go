@@ -2,10 +2,8 @@ package kafka
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/IBM/sarama"
 
@@ -88,75 +86,17 @@ func record(m *sarama.ConsumerMessage) chain.Record {
 	return r
 }
 
-// pollClient is the client every follower's own reader fetches through. A
-// sarama Consumer allows one PartitionConsumer per partition, and two
-// followers of one partition may poll at once, so each reader gets its own
-// Consumer over this shared client (Consumers are cheap; the connections
-// are the client's).
+// pollClient is the client every follower's own reader fetches through.
+// Readers share its connections; each sends its own fetch requests
+// (fetchPoller), so two followers of one partition can poll at once.
 type pollClient struct {
 	client sarama.Client
 	log    *slog.Logger
 }
 
+// open returns a reader of the partition from offset from. It sends nothing
+// until the reader is asked for records, so a follower switching to polling
+// mode and back costs no round trip.
 func (pc *pollClient) open(topic string, partition int32, from int64, batch int) (chain.Poller, error) {
-	c, err := sarama.NewConsumerFromClient(pc.client)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: poller consumer: %w", err)
-	}
-	part, err := c.ConsumePartition(topic, partition, from)
-	if err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("kafka: poll %s/%d from %d: %w", topic, partition, from, err)
-	}
-	p := &poller{consumer: c, part: part, batch: batch, topic: topic, partition: partition}
-	// The partition consumer blocks on a full error channel, so it is
-	// drained for the poller's whole life; the errors are ones sarama
-	// retries (the fatal ones close the message channel, which Fetch
-	// reports).
-	p.errs.Go(func() {
-		for e := range part.Errors() {
-			p.mu.Lock()
-			p.last = e.Err
-			p.mu.Unlock()
-			pc.log.Warn("poller fetch error", "topic", topic, "partition", partition, "err", e.Err)
-		}
-	})
-	return p, nil
-}
-
-// poller is a follower's own reader of a partition (chain.Poller).
-type poller struct {
-	consumer  sarama.Consumer
-	part      sarama.PartitionConsumer
-	batch     int
-	topic     string
-	partition int32
-	errs      sync.WaitGroup
-
-	mu   sync.Mutex
-	last error
-}
-
-// Fetch blocks for the next message, then takes what is buffered. The
-// message channel of an open poller closes only when sarama gave up on the
-// partition (e.g. offset out of range); that is an error, not the end of the
-// claim, so it is not io.EOF.
-func (p *poller) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, error) {
-	out, err := drain(ctx, p.part.Messages(), dst, p.batch, errPollerStopped)
-	if err == errPollerStopped {
-		p.mu.Lock()
-		last := p.last
-		p.mu.Unlock()
-		err = fmt.Errorf("kafka: poller of %s/%d stopped (last error: %v)", p.topic, p.partition, last)
-	}
-	return out, err
-}
-
-var errPollerStopped = fmt.Errorf("poller stopped")
-
-// Close stops the reader and waits until sarama has released the partition.
-func (p *poller) Close() error {
-	p.part.AsyncClose()
-	p.errs.Wait() // Errors closes when the partition consumer has shut down
-	return p.consumer.Close()
+	return newFetchPoller(pc.client, pc.log, topic, partition, from, batch), nil
 }
