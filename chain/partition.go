@@ -305,6 +305,11 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 		recs = recs[:0]
 		if len(evs) > 0 {
 			if err := p.ring.Append(ctx, evs); err != nil {
+				if ctx.Err() == nil && !errors.Is(err, buffer.ErrClosed) {
+					// Offsets out of order from the source: stopping the
+					// fetcher quietly would stall the partition for ever.
+					p.fail(fmt.Errorf("fetch: %w", err))
+				}
 				return
 			}
 			clear(evs)

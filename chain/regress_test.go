@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/differential-dev/differential/buffer"
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/chain/chaintest"
 )
@@ -110,5 +111,26 @@ func TestPollerEndFailsThePartition(t *testing.T) {
 		close(release)
 		err = <-done
 		require.ErrorContains(t, err, "polling at offset")
+	})
+}
+
+// A source that delivers offsets out of order (a broken adapter) fails the
+// partition with buffer.ErrOrder instead of stopping the fetcher quietly,
+// which would leave every stage waiting for records that never come.
+func TestOutOfOrderSourceFailsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		recs := []chain.Record{
+			{Topic: "t", Offset: 0, Value: []byte(ev("click", 0))},
+			{Topic: "t", Offset: 2, Value: []byte(ev("click", 2))},
+			{Topic: "t", Offset: 1, Value: []byte(ev("click", 1))},
+		}
+		ch, err := chain.New([]chain.Stage{{Name: "a", Processor: noop}}, testDecoder)
+		require.NoError(t, err)
+		// Fake time: without the failure the partition would sit idle
+		// until this deadline and return without ErrOrder.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = ch.RunPartition(ctx, chain.Assignment{Topic: "t", Committed: 0, Source: &eofSource{recs: recs}, Committer: nopCommitter{}})
+		require.ErrorIs(t, err, buffer.ErrOrder)
 	})
 }
