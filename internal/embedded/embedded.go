@@ -77,6 +77,11 @@ func Start(opts ...Opt) (*Cluster, error) {
 		kfake.NumBrokers(cfg.brokers),
 		kfake.DefaultNumPartitions(cfg.defaultPartitions),
 		kfake.GroupMinSessionTimeout(cfg.minSession),
+		// No time retention, as on scripts/kafka.sh's broker: kfake applies
+		// retention.ms (default 7 days, by record timestamp) to every topic
+		// once any topic sets a retention, and the generated workloads are
+		// dated weeks back.
+		kfake.BrokerConfigs(map[string]string{"log.retention.ms": "-1"}),
 	}
 	if len(cfg.ports) > 0 {
 		kopts = append(kopts, kfake.Ports(cfg.ports...))

@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -63,5 +64,40 @@ func TestStartRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := embedded.Start(embedded.Brokers(2), embedded.Ports(0)); err == nil {
 		t.Error("one port for two brokers accepted")
+	}
+}
+
+// TestOldRecordsSurviveRetention: records dated weeks back (as the
+// generated workloads are) are not deleted when kfake applies retention.
+func TestOldRecordsSurviveRetention(t *testing.T) {
+	c, err := embedded.Start(embedded.Topic("old", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_0_0_0
+	cfg.Producer.Return.Successes = true
+	p, err := sarama.NewSyncProducer(c.Addrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
+	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: "old", Value: sarama.StringEncoder("v"),
+		Timestamp: time.Now().Add(-30 * 24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Fake().ApplyRetention()
+	client, err := sarama.NewClient(c.Addrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Close() }()
+	start, err := client.GetOffset("old", 0, sarama.OffsetOldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != 0 {
+		t.Fatalf("log start offset %d after retention, want 0 (the 30-day-old record kept)", start)
 	}
 }
