@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/IBM/sarama"
 )
 
 var logLevels = []string{"debug", "info", "warn", "error"}
@@ -18,4 +23,26 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// saramaLog receives sarama's package-level client log at debug level while
+// a command runs with --log-level debug (nil: discarded). sarama reads its
+// Logger variable from its own goroutines without synchronisation, so the
+// variable is set once, at init, before any client exists, and only this
+// pointer changes afterwards.
+var saramaLog atomic.Pointer[slog.Logger]
+
+func init() { sarama.Logger = saramaLogger{} }
+
+// saramaLogger is the sarama.StdLogger that forwards to saramaLog.
+type saramaLogger struct{}
+
+func (saramaLogger) Print(v ...any)                 { saramaDebug(fmt.Sprint(v...)) }
+func (saramaLogger) Printf(format string, v ...any) { saramaDebug(fmt.Sprintf(format, v...)) }
+func (saramaLogger) Println(v ...any)               { saramaDebug(fmt.Sprintln(v...)) }
+
+func saramaDebug(msg string) {
+	if l := saramaLog.Load(); l != nil {
+		l.Debug(strings.TrimRight(msg, "\n"))
+	}
 }

@@ -20,7 +20,8 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	if o.logLevel == "debug" {
 		// sarama's own client log (connections, subscriptions, rebalances)
 		// is the first thing to read when a partition stops moving.
-		sarama.Logger = slog.NewLogLogger(log.With("component", "sarama").Handler(), slog.LevelDebug)
+		saramaLog.Store(log.With("component", "sarama"))
+		defer saramaLog.Store(nil)
 	}
 	sc := baseSarama(o.version, o.maxRecordBytes)
 	if err := o.preflight(sc); err != nil {

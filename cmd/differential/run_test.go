@@ -127,6 +127,24 @@ func TestRunReportsMissingTopics(t *testing.T) {
 	require.Contains(t, errs, "differential does not create topics")
 }
 
+// TestDebugLogIncludesSarama: at --log-level debug the run's log carries
+// sarama's client log (the first thing to read when a partition stops
+// moving), tagged "component":"sarama"; at info it does not.
+func TestDebugLogIncludesSarama(t *testing.T) {
+	tp := newTopics(t, 1)
+	args := tp.runArgs()
+	for i, a := range args {
+		if a == "--output" {
+			args[i+1] = "no-such-topic-" + tp.group // exits right after connecting
+		}
+	}
+	_, _, errs := runCLI(t, hooks{}, append(args, "--log-level", "debug")...)
+	require.Contains(t, errs, `"component":"sarama"`)
+	require.Contains(t, errs, "Initializing new client")
+	_, _, errs = runCLI(t, hooks{}, append(args, "--log-level", "info")...)
+	require.NotContains(t, errs, `"component":"sarama"`)
+}
+
 // TestBinaryExitsTwoOnBadFlags checks the real process's exit status.
 func TestBinaryExitsTwoOnBadFlags(t *testing.T) {
 	cmd := exec.Command(binary(t), "run", "--brokers", "localhost:9092", "--start", "sideways")
