@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/kadmin"
+	"github.com/differential-dev/differential/internal/kfetch"
 	"github.com/differential-dev/differential/internal/workload"
 )
 
@@ -273,92 +273,12 @@ func (c *cluster) pace(ctx context.Context, topic string, recs []workload.Record
 }
 
 // readTopic returns every record of every partition of topic, from the log
-// start to the high watermark read first.
+// start to the high watermark read first (kfetch.ReadTopic).
 func (c *cluster) readTopic(topic string) (map[int32][]*sarama.ConsumerMessage, error) {
 	client, err := sarama.NewClient(c.addrs, c.config())
 	if err != nil {
 		return nil, fmt.Errorf("bench: read %s: %w", topic, err)
 	}
 	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return nil, fmt.Errorf("bench: read %s: %w", topic, err)
-	}
-	defer consumer.Close()
-	ps, err := client.Partitions(topic)
-	if err != nil {
-		return nil, fmt.Errorf("bench: partitions of %s: %w", topic, err)
-	}
-	// Partitions are read concurrently: each read ends with a fetch that
-	// waits up to MaxWaitTime and a close that waits for it.
-	out := make(map[int32][]*sarama.ConsumerMessage, len(ps))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var errs []error
-	for _, p := range ps {
-		wg.Go(func() {
-			msgs, err := readPartition(client, consumer, topic, p)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("bench: read %s/%d: %w", topic, p, err))
-				return
-			}
-			out[p] = msgs
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
-}
-
-func readPartition(client sarama.Client, consumer sarama.Consumer, topic string, p int32) ([]*sarama.ConsumerMessage, error) {
-	first, err := client.GetOffset(topic, p, sarama.OffsetOldest)
-	if err != nil {
-		return nil, err
-	}
-	end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-	if err != nil {
-		return nil, err
-	}
-	if end <= first {
-		return nil, nil
-	}
-	pc, err := consumer.ConsumePartition(topic, p, first)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := readUntil(pc, end)
-	pc.AsyncClose()
-	go func() {
-		for range pc.Errors() {
-		}
-	}()
-	for range pc.Messages() {
-	}
-	return msgs, err
-}
-
-func readUntil(pc sarama.PartitionConsumer, end int64) ([]*sarama.ConsumerMessage, error) {
-	var msgs []*sarama.ConsumerMessage
-	timeout := time.NewTimer(time.Minute)
-	defer timeout.Stop()
-	for {
-		select {
-		case m, ok := <-pc.Messages():
-			if !ok {
-				return nil, errors.New("consumer closed")
-			}
-			msgs = append(msgs, m)
-			if m.Offset >= end-1 {
-				return msgs, nil
-			}
-		case e := <-pc.Errors():
-			return nil, e.Err
-		case <-timeout.C:
-			return nil, fmt.Errorf("read %d records, stalled before offset %d", len(msgs), end)
-		}
-	}
+	return kfetch.ReadTopic(context.Background(), client, topic, false)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
+	"github.com/differential-dev/differential/kafka"
 )
 
 // microBatch is the baseline of DESIGN §6, the design the chain replaces:
@@ -341,7 +342,7 @@ func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession
 		if want := p.next + int64(len(p.held)); msg.Offset < want {
 			continue // delivered again after a rebalance
 		}
-		ev := chain.Event{Record: toRecord(msg)}
+		ev := chain.Event{Record: kafka.Record(msg)}
 		ev.Decoded, ev.Err = m.dec.Decode(&ev.Record)
 		p.held = append(p.held, ev)
 		p.lastArrival = now
@@ -692,22 +693,6 @@ func (a *ackWait) wait() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.errs
-}
-
-func toRecord(m *sarama.ConsumerMessage) chain.Record {
-	r := chain.Record{
-		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
-	}
-	if len(m.Headers) > 0 {
-		r.Headers = make([]chain.Header, 0, len(m.Headers))
-		for _, h := range m.Headers {
-			if h != nil {
-				r.Headers = append(r.Headers, chain.Header{Key: h.Key, Value: h.Value})
-			}
-		}
-	}
-	return r
 }
 
 func unixTime(ns int64) time.Time {

@@ -118,8 +118,8 @@ func (p *fetchPoller) fetchOnce() error {
 	}
 	block, err := kfetch.Block(resp, p.topic, p.partition)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		return fmt.Errorf("%w (log start %d, high watermark %d)", errPollOutOfRange,
-			resp.GetBlock(p.topic, p.partition).LogStartOffset, resp.GetBlock(p.topic, p.partition).HighWaterMarkOffset)
+		b := resp.GetBlock(p.topic, p.partition)
+		return fmt.Errorf("%w (log start %d, high watermark %d)", errPollOutOfRange, b.LogStartOffset, b.HighWaterMarkOffset)
 	}
 	if err != nil {
 		return err
@@ -150,17 +150,8 @@ func (p *fetchPoller) fetchOnce() error {
 }
 
 func (p *fetchPoller) appendRecord(batch *sarama.RecordBatch, r *sarama.Record) {
-	rec := chain.Record{
+	p.pending = append(p.pending, chain.Record{
 		Topic: p.topic, Partition: p.partition, Offset: kfetch.Offset(batch, r),
-		Key: r.Key, Value: r.Value, Timestamp: kfetch.Timestamp(batch, r),
-	}
-	if len(r.Headers) > 0 {
-		rec.Headers = make([]chain.Header, 0, len(r.Headers))
-		for _, h := range r.Headers {
-			if h != nil {
-				rec.Headers = append(rec.Headers, chain.Header{Key: h.Key, Value: h.Value})
-			}
-		}
-	}
-	p.pending = append(p.pending, rec)
+		Key: r.Key, Value: r.Value, Timestamp: kfetch.Timestamp(batch, r), Headers: headers(r.Headers),
+	})
 }

@@ -48,7 +48,7 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 		if !ok {
 			return dst, closedErr
 		}
-		dst = append(dst, record(m))
+		dst = append(dst, Record(m))
 	case <-ctx.Done():
 		return dst, ctx.Err()
 	}
@@ -58,7 +58,7 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 			if !ok {
 				return dst, nil // the next call reports the closing
 			}
-			dst = append(dst, record(m))
+			dst = append(dst, Record(m))
 		default:
 			return dst, nil
 		}
@@ -66,24 +66,31 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 	return dst, nil
 }
 
-func record(m *sarama.ConsumerMessage) chain.Record {
-	r := chain.Record{
+// Record converts a message sarama's consumer delivered into the chain's
+// record (for Source implementations over a sarama consumer).
+func Record(m *sarama.ConsumerMessage) chain.Record {
+	return chain.Record{
 		Topic:     m.Topic,
 		Partition: m.Partition,
 		Offset:    m.Offset,
 		Key:       m.Key,
 		Value:     m.Value,
 		Timestamp: m.Timestamp,
+		Headers:   headers(m.Headers),
 	}
-	if len(m.Headers) > 0 {
-		r.Headers = make([]chain.Header, 0, len(m.Headers))
-		for _, h := range m.Headers {
-			if h != nil {
-				r.Headers = append(r.Headers, chain.Header{Key: h.Key, Value: h.Value})
-			}
+}
+
+func headers(hs []*sarama.RecordHeader) []chain.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]chain.Header, 0, len(hs))
+	for _, h := range hs {
+		if h != nil {
+			out = append(out, chain.Header{Key: h.Key, Value: h.Value})
 		}
 	}
-	return r
+	return out
 }
 
 // pollClient is the client every follower's own reader fetches through.

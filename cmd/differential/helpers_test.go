@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
@@ -329,22 +328,12 @@ func (tp *topics) input(t *testing.T) (inputs [][]chain.Record, ends map[int32]i
 func (tp *topics) verifyOutputs(t *testing.T) *verification {
 	t.Helper()
 	inputs, _ := tp.input(t)
-	v := verify(inputs, testRules(), readBack(tp.b.ReadAll(t, tp.out, false)), readBack(tp.b.ReadAll(t, tp.dlq, false)))
+	v := verify(inputs, testRules(), readRecords(tp.b.ReadAll(t, tp.out, false)), readRecords(tp.b.ReadAll(t, tp.dlq, false)))
 	require.True(t, v.OK(), v.Summary())
 	require.Positive(t, v.Installs)
 	require.Positive(t, v.Purchases)
 	require.Positive(t, v.DeadLettered)
 	return v
-}
-
-func readBack(byPartition map[int32][]*sarama.ConsumerMessage) []readRecord {
-	var out []readRecord
-	for p := int32(0); p < int32(len(byPartition)); p++ {
-		for _, m := range byPartition[p] {
-			out = append(out, toReadRecord(m))
-		}
-	}
-	return out
 }
 
 // runToEnd runs `run` in-process until the group has committed every

@@ -138,7 +138,7 @@ func TestMetricsFollowRebalance(t *testing.T) {
 	// DESIGN §8), so some of their outputs may differ from the reference
 	// model's; none may be lost or duplicated.
 	inputs, _ := tp.input(t)
-	v := verify(inputs, testRules(), readBack(tp.b.ReadAll(t, tp.out, false)), readBack(tp.b.ReadAll(t, tp.dlq, false)))
+	v := verify(inputs, testRules(), readRecords(tp.b.ReadAll(t, tp.out, false)), readRecords(tp.b.ReadAll(t, tp.dlq, false)))
 	for _, p := range v.Problems {
 		require.False(t, strings.HasPrefix(p, "lost:") || strings.HasPrefix(p, "duplicated:") || strings.HasPrefix(p, "out of order:"), p)
 	}

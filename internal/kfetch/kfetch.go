@@ -5,10 +5,13 @@
 // compaction gaps and whole aborted batches stepped over, a partial trailing
 // batch left for the next fetch. sarama's consumer does the same inside its
 // PartitionConsumer but exposes neither its position nor a way to seek; the
-// Kafka adapter's polling followers and the test broker's reader need both.
+// Kafka adapter's polling followers need both, and ReadTopic — used by the
+// test broker, the benchmark and the CLI demo to read a topic back to its
+// end — needs the position to know where the end is.
 package kfetch
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"slices"
@@ -115,15 +118,7 @@ func (f *Filter) Records(block *sarama.FetchResponseBlock, offset, end int64, em
 	var txns []*sarama.AbortedTransaction
 	if f.ReadCommitted && len(block.AbortedTransactions) > 0 {
 		txns = slices.Clone(block.AbortedTransactions)
-		slices.SortFunc(txns, func(a, b *sarama.AbortedTransaction) int {
-			switch {
-			case a.FirstOffset < b.FirstOffset:
-				return -1
-			case a.FirstOffset > b.FirstOffset:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(txns, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
 	}
 	for _, rs := range block.RecordsSet {
 		batch := rs.RecordBatch

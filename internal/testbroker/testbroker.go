@@ -1,6 +1,7 @@
 package testbroker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/kadmin"
+	"github.com/differential-dev/differential/internal/kfetch"
 )
 
 // EnvBrokers names the environment variable that points the tests at a real cluster.
@@ -175,17 +177,9 @@ func (b *Broker) ReadAll(t testing.TB, topic string, readCommitted bool) map[int
 		t.Fatalf("testbroker: client: %v", err)
 	}
 	defer closeQuietly(client)
-	ps, err := client.Partitions(topic)
+	out, err := kfetch.ReadTopic(context.Background(), client, topic, readCommitted)
 	if err != nil {
-		t.Fatalf("testbroker: partitions of %s: %v", topic, err)
-	}
-	out := make(map[int32][]*sarama.ConsumerMessage, len(ps))
-	for _, p := range ps {
-		msgs, err := readPartition(client, topic, p, readCommitted)
-		if err != nil {
-			t.Fatalf("testbroker: read %s/%d: %v", topic, p, err)
-		}
-		out[p] = msgs
+		t.Fatalf("testbroker: %v", err)
 	}
 	return out
 }
