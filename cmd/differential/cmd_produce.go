@@ -104,7 +104,7 @@ func (o *produceOptions) topicPartitions(sc *sarama.Config) (int, error) {
 		}
 		return n, createTopic(client, o.topic, n)
 	case missing:
-		return 0, fmt.Errorf("topic %q (--topic) does not exist on brokers %v; create it, or pass --create to have produce create it with --partitions partitions", o.topic, o.brokers)
+		return 0, fmt.Errorf("topic %q (--topic) does not exist on brokers %v; create it, or pass --create to have produce create it (with --partitions partitions, default 8)", o.topic, o.brokers)
 	case err != nil:
 		return 0, fmt.Errorf("metadata of topic %q on brokers %v: %w", o.topic, o.brokers, err)
 	case o.partitions != 0 && o.partitions != len(parts):
