@@ -30,6 +30,7 @@ type config struct {
 	outputTopic     string
 	dlqTopic        string
 	store           Store
+	changelog       Changelog
 	producer        Producer
 	clock           Clock
 	logger          *slog.Logger
@@ -83,6 +84,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: clock must not be nil")
 	case c.logger == nil:
 		return fmt.Errorf("chain: logger must not be nil")
+	case c.changelog != nil && c.store == nil:
+		return fmt.Errorf("chain: a changelog (WithChangelog) needs a state store (WithStore)")
 	}
 	return nil
 }

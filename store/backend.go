@@ -29,6 +29,9 @@ type batch interface {
 	// commit applies the batch atomically, synced to stable storage before
 	// it returns, and releases it. Either all writes are applied or none.
 	commit() error
+	// commitNoSync is commit without waiting for stable storage: a crash
+	// may lose the batch (and every later one), never part of it.
+	commitNoSync() error
 	// discard releases a batch that was not committed.
 	discard()
 }

@@ -157,4 +157,6 @@ func (b *memBatch) commit() error {
 	return nil
 }
 
+func (b *memBatch) commitNoSync() error { return b.commit() }
+
 func (b *memBatch) discard() { b.ops = nil }

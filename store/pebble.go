@@ -212,7 +212,11 @@ func (b *pebbleBatch) delRange(lo, hi []byte) {
 	}
 }
 
-func (b *pebbleBatch) commit() error {
+func (b *pebbleBatch) commit() error { return b.commitWith(pebble.Sync) }
+
+func (b *pebbleBatch) commitNoSync() error { return b.commitWith(pebble.NoSync) }
+
+func (b *pebbleBatch) commitWith(opts *pebble.WriteOptions) error {
 	if !b.init() {
 		return b.err
 	}
@@ -222,7 +226,7 @@ func (b *pebbleBatch) commit() error {
 	if b.pb.mu.db == nil {
 		return ErrClosed
 	}
-	return b.b.Commit(pebble.Sync)
+	return b.b.Commit(opts)
 }
 
 func (b *pebbleBatch) discard() {
