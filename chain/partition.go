@@ -29,6 +29,15 @@ type partitionRun struct {
 	ps        PartitionStore // nil without a store
 	log       *slog.Logger
 
+	// With a changelog (WithChangelog): the partition's changelog, the
+	// store's changelog side, the changelog offset of the persisted state,
+	// and the restore's progress.
+	clp      ChangelogPartition
+	cs       ChangelogStore
+	clOffset int64
+	restore  restoreState
+	assigned Assignment
+
 	start  int64 // first offset to process; -1 until the first record is seen
 	resume []commit.Checkpoint
 	ring   *buffer.Ring[Event]
@@ -67,7 +76,13 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		}
 		p.ps = ps
 	}
-	if err := p.restore(a); err != nil {
+	if c.cfg.changelog != nil {
+		// The state is restored in run, where a revoke can interrupt it.
+		if err := p.openChangelog(a); err != nil {
+			p.close()
+			return nil, err
+		}
+	} else if err := p.restorePositions(a); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -78,11 +93,12 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 	return p, nil
 }
 
-// restore decides where every stage resumes: the later of its locally
-// persisted checkpoint and the one in the group's commit metadata. Local
-// state older than the group's commit belongs to an earlier ownership of the
-// partition (another instance has processed since), so it is dropped.
-func (p *partitionRun) restore(a Assignment) error {
+// restorePositions decides where every stage resumes, for a chain without a
+// changelog: the later of its locally persisted checkpoint and the one in
+// the group's commit metadata. Local state older than the group's commit
+// belongs to an earlier ownership of the partition (another instance has
+// processed since), so it is dropped.
+func (p *partitionRun) restorePositions(a Assignment) error {
 	names := p.c.names
 	var persisted []commit.Checkpoint
 	var pok bool
@@ -160,6 +176,11 @@ func (p *partitionRun) fail(err error) {
 }
 
 func (p *partitionRun) close() {
+	if p.clp != nil {
+		if err := p.clp.Close(); err != nil {
+			p.log.Warn("closing the partition's changelog", "err", err)
+		}
+	}
 	if p.ps != nil {
 		if err := p.ps.Close(); err != nil {
 			p.log.Warn("closing partition state", "err", err)
@@ -178,6 +199,18 @@ func (p *partitionRun) run(ctx context.Context) error {
 	// drains; it ends only when the shutdown timeout abandons them.
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
+
+	if p.clp != nil {
+		unregister := p.registerRestoreMetrics()
+		defer unregister()
+		if err := p.restoreFromChangelog(runCtx, p.assigned); err != nil {
+			if runCtx.Err() != nil {
+				p.log.Info("partition revoked while restoring its state; what was applied is kept")
+				return nil
+			}
+			return err
+		}
+	}
 
 	var first []Record
 	if p.start < 0 {
@@ -351,7 +384,11 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 // checkpoint persists every stage's checkpoint with its state (DESIGN I4),
 // then commits min(next) with all checkpoints as metadata (I3). The store is
 // written first: a crash between the two leaves local positions ahead of the
-// group's, which restore handles.
+// group's, which restore handles. With a changelog the order is DESIGN §8's:
+// the positions cover only records whose outputs and dead letters are
+// acknowledged (I5); the state changes go to the changelog and are
+// acknowledged; one batch persists state, positions and changelog offset;
+// the commit's metadata carries positions and changelog offset.
 func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
@@ -360,6 +397,7 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 		cps[i] = commit.Checkpoint{Stage: s.name, Next: s.next.Load(), Watermark: s.wm.Load()}
 		s.noteProgress(cps[i].Next)
 	}
+	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
 	if p.ps != nil {
 		var evict time.Time
 		if wm := cps[len(cps)-1].Watermark; wm != 0 {
@@ -367,11 +405,17 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 			// can no longer be used by any rule.
 			evict = time.Unix(0, wm-1)
 		}
-		if err := p.ps.Checkpoint(cps, evict); err != nil {
+		if p.clp != nil {
+			off, err := p.persistWithChangelog(ctx, cps, evict)
+			if err != nil {
+				return err
+			}
+			state.Changelog = off
+		} else if err := p.ps.Checkpoint(cps, evict); err != nil {
 			return fmt.Errorf("persist checkpoint: %w", err)
 		}
 	}
-	off, md, changed, err := p.mgr.Next(cps)
+	off, md, changed, err := p.mgr.NextState(state)
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}

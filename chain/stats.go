@@ -21,7 +21,10 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
-	Stages       []StageStats
+	// Restore is how the partition's state was restored at assignment
+	// (chains with a changelog).
+	Restore RestoreStats
+	Stages  []StageStats
 }
 
 // StageStats is a snapshot of one stage of one partition.
@@ -60,6 +63,7 @@ func (p *partitionRun) stats() PartitionStats {
 		Committed:     p.committed.Load(),
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
+		Restore:       p.restore.stats(p.c.cfg.clock.Now()),
 	}
 	if !p.ready.Load() {
 		return ps
@@ -152,5 +156,39 @@ func (p *partitionRun) registerMetrics() func() {
 		for _, n := range names {
 			r.Unregister(n)
 		}
+	}
+}
+
+// registerRestoreMetrics registers the partition's restore gauges (chains
+// with a changelog) for as long as the partition runs.
+func (p *partitionRun) registerRestoreMetrics() func() {
+	r := p.c.cfg.registry
+	if r == nil {
+		return func() {}
+	}
+	base := fmt.Sprintf("differential.partition.%s.%d.", p.topic, p.partition)
+	rs := &p.restore
+	gauges := map[string]metrics.Gauge{
+		base + "restore_records": metrics.NewFunctionalGauge(rs.records.Load),
+		base + "restore_bytes":   metrics.NewFunctionalGauge(rs.bytes.Load),
+		base + "restoring": metrics.NewFunctionalGauge(func() int64 {
+			if ph := rs.phase.Load(); ph != phaseNone && ph != phaseDone {
+				return 1
+			}
+			return 0
+		}),
+	}
+	for n, g := range gauges {
+		_ = r.Register(n, g)
+	}
+	dur := base + "restore_duration_seconds"
+	_ = r.Register(dur, metrics.NewFunctionalGaugeFloat64(func() float64 {
+		return rs.stats(p.c.cfg.clock.Now()).Duration.Seconds()
+	}))
+	return func() {
+		for n := range gauges {
+			r.Unregister(n)
+		}
+		r.Unregister(dur)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/store"
 )
 
 // Tester drives one chain over in-memory partitions of one topic.
@@ -40,6 +41,13 @@ type Tester struct {
 		held    []func(error)
 		discard bool
 		counts  map[string]int
+		// UseChangelog: the shared changelog, every simulated instance's
+		// local store, and the instance the next Start runs on.
+		changelog *Changelog
+		instances map[string]*store.Memory
+		instance  string
+		// failCommits, when > 0, makes that many next commits fail.
+		failCommits int
 	}
 
 	ch      *chain.Chain
@@ -148,6 +156,7 @@ func (t *Tester) Start(partitions ...int32) {
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
 	}, t.opts...)
+	opts = append(opts, t.changelogOptions()...)
 	ch, err := chain.New(t.stages, t.dec, opts...)
 	if err != nil {
 		t.tb.Fatalf("chaintest: %v", err)
@@ -161,15 +170,15 @@ func (t *Tester) Start(partitions ...int32) {
 		cs := t.mu.commits[p]
 		t.mu.Unlock()
 		a := chain.Assignment{Topic: t.topic, Partition: p, Committed: -1, Source: l, Committer: committer{t, p}}
+		// The claim starts at the committed offset or, with none, at the
+		// log's beginning, like a group with auto.offset.reset=earliest.
+		cursor := l.Start()
 		if n := len(cs); n > 0 {
 			a.Committed, a.Metadata = cs[n-1].Offset, cs[n-1].Metadata
-		} else {
-			// A tester partition starts at the log's beginning, like a
-			// group with auto.offset.reset=earliest.
-			a.Committed = l.Start()
+			cursor = max(a.Committed, 0)
 		}
 		l.mu.Lock()
-		l.cursor = max(a.Committed, 0) // the claim starts at the committed offset
+		l.cursor = cursor
 		l.onFetch = t.changed.notify
 		l.mu.Unlock()
 		t.running = append(t.running, p)
@@ -279,6 +288,27 @@ func (t *Tester) Outputs(topic string) []chain.Message {
 	return out
 }
 
+// errInjectedCommit is the error of a commit FailCommits fails.
+var errInjectedCommit = errors.New("chaintest: injected commit failure")
+
+// FailCommits makes the next n commits fail (as a commit refused by the
+// group coordinator would): the chain has persisted the checkpoint locally,
+// and Kafka does not have it.
+func (t *Tester) FailCommits(n int) {
+	t.mu.Lock()
+	t.mu.failCommits = n
+	t.mu.Unlock()
+}
+
+// ResetOffset commits offset for partition p with empty metadata, as
+// kafka-consumer-groups --reset-offsets does (use it while the chain is
+// stopped): the next Start resumes every stage there.
+func (t *Tester) ResetOffset(p int32, offset int64) {
+	t.mu.Lock()
+	t.mu.commits[p] = append(t.mu.commits[p], Commit{Offset: offset})
+	t.mu.Unlock()
+}
+
 // Commits returns the commits made for partition p, oldest first.
 func (t *Tester) Commits(p int32) []Commit {
 	t.mu.Lock()
@@ -348,6 +378,11 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, offset int64, md string) error {
 	c.t.mu.Lock()
+	if c.t.mu.failCommits > 0 {
+		c.t.mu.failCommits--
+		c.t.mu.Unlock()
+		return errInjectedCommit
+	}
 	prev := c.t.mu.commits[c.p]
 	if n := len(prev); n > 0 && offset < prev[n-1].Offset {
 		c.t.mu.Unlock()
