@@ -123,6 +123,9 @@ func TestMetricsFollowRebalance(t *testing.T) {
 	}
 	slices.Sort(taken)
 	kept := metricPartitions(t, base)
+	_, body := get(t, base+"/metrics")
+	require.Contains(t, body, "# TYPE differential_partition_restore_records_total counter")
+	require.Contains(t, body, "# TYPE differential_partition_restore_duration_seconds gauge")
 	t.Logf("second member took %v; first member's /metrics has %v", taken, kept)
 	require.NotEmpty(t, taken)
 	require.NotEmpty(t, kept)
