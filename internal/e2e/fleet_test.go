@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,20 +37,18 @@ type outID struct {
 	kind string
 }
 
-// outputLog consumes every partition of a topic from the start and keeps
-// each distinct output (the first copy), the repeats that are byte-identical
-// and those that are not.
+// outputLog consumes every partition of the output topic from the start
+// and keeps which outputs (input partition, offset, kind) have been seen, to
+// wait for progress. The checks read the topic again with reference.Check.
 type outputLog struct {
-	mu        sync.Mutex
-	first     map[outID][]byte
-	repeats   int
-	conflicts []string
-	changed   chan struct{} // closed and replaced at every new output
+	mu      sync.Mutex
+	seen    map[outID]bool
+	changed chan struct{} // closed and replaced at every new output
 }
 
 func consumeOutputs(t *testing.T, ctx context.Context, b *testbroker.Broker, topic string, partitions int) *outputLog {
 	t.Helper()
-	l := &outputLog{first: map[outID][]byte{}, changed: make(chan struct{})}
+	l := &outputLog{seen: map[outID]bool{}, changed: make(chan struct{})}
 	cons, err := sarama.NewConsumer(b.Addrs(), b.Config())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cons.Close() })
@@ -83,32 +80,17 @@ func (l *outputLog) add(m *sarama.ConsumerMessage) {
 			src = string(h.Value)
 		}
 	}
-	ps, os, _ := strings.Cut(src, "/")
-	p, _ := strconv.Atoi(ps)
-	o, _ := strconv.ParseInt(os, 10, 64)
+	p, o, _ := attribution.ParseSource([]byte(src))
 	var k struct{ Kind string }
 	_ = json.Unmarshal(m.Value, &k)
-	id := outID{int32(p), o, k.Kind}
+	id := outID{p, o, k.Kind}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if prev, ok := l.first[id]; ok {
-		l.repeats++
-		if !bytes.Equal(prev, m.Value) {
-			l.conflicts = append(l.conflicts, fmt.Sprintf("%v: %s then %s", id, prev, m.Value))
-		}
-		return
+	if !l.seen[id] {
+		l.seen[id] = true
+		close(l.changed)
+		l.changed = make(chan struct{})
 	}
-	l.first[id] = append([]byte(nil), m.Value...)
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-// snapshot returns how many distinct outputs, repeats and conflicts there
-// are so far.
-func (l *outputLog) snapshot() (distinct, repeats int, conflicts []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.first), l.repeats, append([]string(nil), l.conflicts...)
 }
 
 // member is one `differential run` process of the fleet.
@@ -134,11 +116,9 @@ type fleet struct {
 	parts              [][]chain.Record // by partition, everything produced so far
 	members            map[string]*member
 	producer           sarama.SyncProducer
-	want               map[outID][]byte
+	want               map[outID]bool
 	outputs            *outputLog
-	invalid            map[string]bool
 	dirs               string
-	changelogCommitted map[int32]int64
 }
 
 func (f *fleet) start(t *testing.T, name string) *member {
@@ -249,23 +229,26 @@ func (f *fleet) sentinels(t *testing.T) {
 	f.produce(t, recs)
 }
 
-// expected computes the reference model's outputs and dead letters for the
-// whole log.
+// expected computes which outputs the reference model gives for the whole
+// log so far.
 func (f *fleet) expected() {
-	f.want = map[outID][]byte{}
-	f.invalid = map[string]bool{}
-	for p := range f.parts {
-		ref := reference.Run(f.parts[p], f.cfg)
-		for _, o := range ref.Installs {
-			f.want[outID{int32(p), o.Offset, "install"}] = o.Value
+	f.want = map[outID]bool{}
+	for p, res := range reference.Expect(f.parts, f.cfg).Results() {
+		for _, o := range res.Installs {
+			f.want[outID{int32(p), o.Offset, "install"}] = true
 		}
-		for _, o := range ref.Purchases {
-			f.want[outID{int32(p), o.Offset, "purchase"}] = o.Value
-		}
-		for _, x := range ref.Invalid {
-			f.invalid[fmt.Sprintf("%d/%d", p, x.Offset)] = true
+		for _, o := range res.Purchases {
+			f.want[outID{int32(p), o.Offset, "purchase"}] = true
 		}
 	}
+}
+
+// check reads the output and dead-letter topics and checks them against the
+// reference model of the log so far.
+func (f *fleet) check(t *testing.T, dups reference.Duplicates) *reference.Report {
+	t.Helper()
+	return reference.Check(f.parts, f.cfg, reference.FromKafka(f.b.ReadAll(t, f.out, false)),
+		reference.FromKafka(f.b.ReadAll(t, f.dlq, false)), reference.Options{Duplicates: dups, Order: reference.StageOrder})
 }
 
 // waitCovered waits until every output of the full log whose input offset
@@ -292,7 +275,7 @@ func (f *fleet) waitCovered(t *testing.T, margin int64, what string) {
 		f.outputs.mu.Lock()
 		missing := 0
 		for _, id := range target {
-			if _, ok := f.outputs.first[id]; !ok {
+			if !f.outputs.seen[id] {
 				missing++
 			}
 		}
@@ -416,13 +399,20 @@ func testFleet(t *testing.T, assignor string) {
 	f.produce(t, slice(4))
 	f.produce(t, slice(5))
 	f.waitCovered(t, margin, "a, c after b left")
-	distinct, repeats, conflicts := f.outputs.snapshot()
-	require.Empty(t, conflicts)
-	require.Zero(t, repeats, "no output repeated before the kill: joins and a clean leave move partitions with their state and repeat nothing (%d distinct)", distinct)
+	// Before the kill: no output or dead letter repeated, none different
+	// from the model's (the log's tail, which waits for later input, is
+	// still missing).
+	r := f.check(t, reference.NoDuplicates)
+	o := r.Outputs()
+	require.Zero(t, o.Mismatched+o.Unexpected+r.DeadLetters.Mismatched+r.DeadLetters.Unexpected, r.Summary())
+	require.Zero(t, o.IdenticalDuplicates+o.ConflictingDuplicates+r.DeadLetters.IdenticalDuplicates+r.DeadLetters.ConflictingDuplicates,
+		"joins and a clean leave move partitions with their state and repeat nothing: %s", r.Summary())
+	require.Zero(t, r.OrderViolations+r.Unattributable, r.Summary())
+	t.Logf("before the kill: %d outputs, %d dead letters, no repeat", o.Distinct(), r.DeadLetters.Distinct())
 
-	// c is killed; d joins.
-	f.kill(t, c)
+	// c is killed while it works through new input; d joins.
 	f.produce(t, slice(6))
+	f.kill(t, c)
 	d := f.start(t, "d")
 	f.produce(t, slice(7))
 	f.waitStarted(t, d)
@@ -439,37 +429,11 @@ func testFleet(t *testing.T, assignor string) {
 // verify checks the finished run.
 func (f *fleet) verify(t *testing.T) {
 	t.Helper()
-	f.expected()
-	distinct, repeats, conflicts := f.outputs.snapshot()
-	t.Logf("outputs: %d distinct (model: %d), %d repeated byte-identically after the kill", distinct, len(f.want), repeats)
-	require.Empty(t, conflicts, "conflicting duplicates")
-	f.outputs.mu.Lock()
-	for id, v := range f.outputs.first {
-		w, ok := f.want[id]
-		require.True(t, ok, "output %v is not the model's: %s", id, v)
-		require.Equal(t, string(w), string(v), "output %v", id)
-	}
-	f.outputs.mu.Unlock()
-	require.Equal(t, len(f.want), distinct, "every output of the model")
-
-	// Dead letters: every invalid record, nothing else.
-	seen := map[string]bool{}
-	for _, ms := range f.b.ReadAll(t, f.dlq, false) {
-		for _, m := range ms {
-			var p, o string
-			for _, h := range m.Headers {
-				switch string(h.Key) {
-				case chain.HeaderDLQPartition:
-					p = string(h.Value)
-				case chain.HeaderDLQOffset:
-					o = string(h.Value)
-				}
-			}
-			require.True(t, f.invalid[p+"/"+o], "dead letter %s/%s is not an invalid record", p, o)
-			seen[p+"/"+o] = true
-		}
-	}
-	require.Equal(t, len(f.invalid), len(seen), "every invalid record dead-lettered")
+	r := f.check(t, reference.IdenticalDuplicates)
+	require.True(t, r.OK(), r.Summary())
+	o := r.Outputs()
+	t.Logf("outputs: %d distinct (model: %d), %d repeated byte-identically after the kill; dead letters: %d, %d repeated",
+		o.Distinct(), o.Want, o.IdenticalDuplicates, r.DeadLetters.Distinct(), r.DeadLetters.IdenticalDuplicates)
 
 	// Commits reach the ends and carry the changelog offset; the changelog
 	// below it is the model's final state.
