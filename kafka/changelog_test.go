@@ -28,7 +28,7 @@ func newChangelog(t *testing.T, b *testbroker.Broker, input, group, topic string
 	return cl, err
 }
 
-func deleteTopic(t *testing.T, b *testbroker.Broker, topic string) {
+func deleteTopic(t testing.TB, b *testbroker.Broker, topic string) {
 	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
 	if err != nil {
 		t.Logf("delete %s: %v", topic, err)

@@ -162,9 +162,18 @@ func (p *partitionStore) ChangelogOffset() (int64, bool, error) {
 	return int64(binary.BigEndian.Uint64(v[1:])), true, nil
 }
 
-// Restore implements chain.ChangelogStore: one unsynced batch with the
-// records' entries (and their expiry index entries), the changelog offset,
-// and the deletion of every stage checkpoint.
+// restoreBatchBytes bounds one restore batch (a variable for the
+// benchmark): Pebble turns a batch larger than half its memtable into a
+// flushable batch of its own, which rotates the memtable and stalls the
+// next writes until it is flushed.
+var restoreBatchBytes = 4 << 20
+
+// Restore implements chain.ChangelogStore: unsynced batches of at most
+// restoreBatchBytes with the records' entries (and their expiry index
+// entries), the changelog offset after their last record (next, after the
+// last batch), and the deletion of the stages' checkpoints (point
+// deletions: a range deletion per batch would leave Pebble a range tombstone
+// to fragment and step over per batch).
 func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error {
 	if next < 0 {
 		return p.err("restore", fmt.Errorf("%w: changelog offset %d", ErrInvalid, next))
@@ -174,6 +183,25 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 	if p.isClosed() {
 		return p.err("restore", ErrClosed)
 	}
+	for len(recs) > 0 {
+		n, size := 0, 0
+		for n < len(recs) && size < restoreBatchBytes {
+			size += 2*len(recs[n].Key) + len(recs[n].Value) + 64
+			n++
+		}
+		off := next
+		if n < len(recs) {
+			off = recs[n-1].Offset + 1
+		}
+		if err := p.restoreBatch(recs[:n], off); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
+	return nil
+}
+
+func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64) error {
 	b := p.be.newBatch()
 	kb := p.ckpt.kbuf
 	for _, r := range recs {
@@ -193,9 +221,10 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 			b.set(kb, nil)
 		}
 	}
-	kb = appendTagged(kb[:0], p.ks, checkpointTag, "")
-	hi := appendTagged(nil, p.ks, checkpointTag+1, "")
-	b.delRange(kb, hi[:len(hi)-1])
+	for _, s := range p.stages {
+		kb = checkpointKey(kb[:0], p.ks, s)
+		b.del(kb)
+	}
 	kb = changelogKey(kb[:0], p.ks)
 	b.set(kb, encodeChangelogOffset(next))
 	p.ckpt.kbuf = kb
