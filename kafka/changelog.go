@@ -468,7 +468,13 @@ func (p *changelogPartition) fetch(f *kfetch.Filter, offset, to int64) ([]chain.
 	if end := kfetch.End(block, f.ReadCommitted); end < to {
 		return nil, offset, fmt.Errorf("%w: reading up to %d, but the partition ends at %d", sarama.ErrOffsetOutOfRange, to, end)
 	}
-	var recs []chain.ChangelogRecord
+	n := 0
+	for _, rs := range block.RecordsSet {
+		if rs.RecordBatch != nil {
+			n += len(rs.RecordBatch.Records)
+		}
+	}
+	recs := make([]chain.ChangelogRecord, 0, n)
 	next, err := f.Records(block, offset, to, func(batch *sarama.RecordBatch, r *sarama.Record) {
 		recs = append(recs, chain.ChangelogRecord{Offset: kfetch.Offset(batch, r), Key: r.Key, Value: r.Value})
 	})

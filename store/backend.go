@@ -18,6 +18,9 @@ type backend interface {
 	scan(lo, hi []byte, fn func(key []byte) bool) error
 	// newBatch starts an empty batch.
 	newBatch() batch
+	// newBatchSized starts an empty batch with room for about size bytes
+	// of keys and values (bulk writes: no growing as it fills).
+	newBatchSized(size int) batch
 }
 
 // batch is a group of writes that a backend applies atomically and durably.

@@ -193,7 +193,7 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 		if n < len(recs) {
 			off = recs[n-1].Offset + 1
 		}
-		if err := p.restoreBatch(recs[:n], off); err != nil {
+		if err := p.restoreBatch(recs[:n], off, size); err != nil {
 			return err
 		}
 		recs = recs[n:]
@@ -201,8 +201,8 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 	return nil
 }
 
-func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64) error {
-	b := p.be.newBatch()
+func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
+	b := p.be.newBatchSized(size + size/2) // entries, index entries, record headers
 	kb := p.ckpt.kbuf
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)

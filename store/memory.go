@@ -104,6 +104,8 @@ func (be *memBackend) rangeLocked(lo, hi []byte) []string {
 
 func (be *memBackend) newBatch() batch { return &memBatch{be: be} }
 
+func (be *memBackend) newBatchSized(int) batch { return be.newBatch() }
+
 type memOpKind uint8
 
 const (
