@@ -21,6 +21,16 @@ type Changelog interface {
 	Partition(topic string, partition int32) (ChangelogPartition, error)
 }
 
+// TombstoneRetention is implemented by a Changelog whose compaction drops
+// tombstones some time after they were written (Kafka's
+// delete.retention.ms): a local state older than that may have missed
+// deletions that are no longer in the changelog, so a restore does not
+// catch it up but rebuilds it from the start. A Changelog that does not
+// implement it, or returns 0, keeps tombstones for ever.
+type TombstoneRetention interface {
+	TombstoneRetention() time.Duration
+}
+
 // ChangelogPartition is the changelog of one input partition. The chain
 // calls it from one goroutine at a time.
 type ChangelogPartition interface {
@@ -63,9 +73,10 @@ type ChangelogRecord struct {
 type ChangelogStore interface {
 	PartitionStore
 	// ChangelogOffset returns the changelog offset recorded with the
-	// persisted state; ok is false when none is (a new or reset partition,
-	// or state checkpointed without a changelog).
-	ChangelogOffset() (offset int64, ok bool, err error)
+	// persisted state and when it was written (wall clock); ok is false
+	// when none is (a new or reset partition, or state checkpointed without
+	// a changelog).
+	ChangelogOffset() (offset int64, written time.Time, ok bool, err error)
 	// PrepareCheckpoint does what Checkpoint does up to the write: it takes
 	// the pending writes the checkpoint covers and the evictions, and
 	// returns them as the changelog records that bring the changelog's state

@@ -195,7 +195,7 @@ func TestCommitCarriesTheChangelogOffset(t *testing.T) {
 
 		ps, err := tt.Instance("a").OpenPartition(chaintest.Topic, 0, []string{"count", "mark"})
 		require.NoError(t, err)
-		off, ok, err := ps.(chain.ChangelogStore).ChangelogOffset()
+		off, _, ok, err := ps.(chain.ChangelogStore).ChangelogOffset()
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, st.Changelog, off)
@@ -445,5 +445,33 @@ func TestChangelogAppendFailureStopsThePartition(t *testing.T) {
 		assert.Positive(t, restoreOf(t, tt).Appended, "the half-written records are cancelled")
 		require.NoError(t, tt.Stop())
 		require.Equal(t, sortedModel(tt.Log(0).Records()), distinct(t, sortedOutputs(tt)))
+	})
+}
+
+// A local state older than half the changelog's tombstone retention is not
+// caught up (deletions it missed may have been compacted away) but rebuilt.
+func TestOldLocalStateIsRebuiltNotCaughtUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt := chaintest.New(t, tally(), testDecoder, chain.WithIdleTimeout(time.Millisecond))
+		cl := tt.UseChangelog()
+		cl.SetTombstoneRetention(24 * time.Hour)
+		tt.Start(0)
+		tt.Feed(0, tallyRecords(0, 20)...)
+		require.NoError(t, tt.Move("b", 0))
+		tt.Feed(0, tallyRecords(20, 20)...)
+		require.NoError(t, tt.Move("a", 0))
+		synctest.Wait()
+		assert.Equal(t, "local state is a prefix of the committed one: catching up", restoreOf(t, tt).Reason, "a day's retention, written moments ago")
+		require.NoError(t, tt.Move("b", 0))
+		tt.Feed(0, tallyRecords(40, 20)...)
+		time.Sleep(13 * time.Hour) // b's state of a stays where it was for half a day and more
+		require.NoError(t, tt.Move("a", 0))
+		synctest.Wait()
+		r := restoreOf(t, tt)
+		assert.Contains(t, r.Reason, "older than half the changelog's tombstone retention")
+		assert.Equal(t, int64(0), r.From, "rebuilt from the start")
+		tt.Feed(0, tallyRecords(60, 20)...)
+		require.NoError(t, tt.Stop())
+		require.Equal(t, sortedModel(tt.Log(0).Records()), sortedOutputs(tt))
 	})
 }

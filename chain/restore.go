@@ -101,7 +101,9 @@ func (r *restoreState) setReason(s string) { r.reason.Store(&s) }
 //
 //   - committed with changelog offset C (the normal case):
 //     L == C: the local state is the committed one; use it.
-//     L <  C: local is a prefix of the same history; read [L, C).
+//     L <  C: local is a prefix of the same history; read [L, C) — unless
+//     it was written more than half the changelog's tombstone retention
+//     ago (compaction may have dropped deletions it missed): rebuild.
 //     L >  C, E == L, local positions >= committed: this instance persisted
 //     a checkpoint and stopped before its Kafka commit, and nobody wrote
 //     since; use it, at its own positions.
@@ -132,7 +134,7 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 	if err != nil {
 		return fmt.Errorf("changelog end offset: %w", err)
 	}
-	local, lok, err := p.cs.ChangelogOffset()
+	local, written, lok, err := p.cs.ChangelogOffset()
 	if err != nil {
 		return fmt.Errorf("local changelog offset: %w", err)
 	}
@@ -171,7 +173,7 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 			return fmt.Errorf("%w: the group's commit says the state is the first %d offsets of the changelog, which ends at %d (was the changelog topic deleted or recreated? resetting the group's offsets starts the partition over with empty state)", ErrChangelogBehind, c, end)
 		case lok && pok && local == c:
 			why = "local state matches the committed checkpoint"
-		case lok && local <= c:
+		case lok && local <= c && p.tombstonesKept(written):
 			why = "local state is a prefix of the committed one: catching up"
 			if err := p.readChangelog(ctx, local, c); err != nil {
 				return err
@@ -179,6 +181,14 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 		case lok && pok && local > c && local == end && atOrAfter(lcps, st.Stages):
 			why = "local state is ahead of the group's commit and the changelog ends with it (stopped after persisting, before committing)"
 			resume, base = lcps, local
+		case lok && local <= c:
+			why = "local state is a prefix of the committed one but older than half the changelog's tombstone retention (deletions it missed may be compacted away): rebuilding from the changelog"
+			if err := wipe("it is too old to catch up"); err != nil {
+				return err
+			}
+			if err := p.readChangelog(ctx, 0, c); err != nil {
+				return err
+			}
 		default:
 			why = "local state does not match the committed checkpoint: rebuilding from the changelog"
 			if err := wipe("another instance moved the partition on since it was written"); err != nil {
@@ -262,6 +272,19 @@ func (p *partitionRun) finishRestore(log interface{ Info(string, ...any) }, off 
 	}
 	log.Info("partition state restored", "records", s.Records, "bytes", s.Bytes, "appended", s.Appended,
 		"seconds", s.Duration.Seconds(), "records_per_second", int64(rate), "changelog_offset", off)
+}
+
+// tombstonesKept reports whether every tombstone appended to the changelog
+// since a local state written at written is still in it: Kafka's compaction
+// drops a tombstone delete.retention.ms after it was written (at the
+// earliest), and every record after the local state's offset was written
+// after it. Half the retention is the margin for clocks.
+func (p *partitionRun) tombstonesKept(written time.Time) bool {
+	tr, ok := p.c.cfg.changelog.(TombstoneRetention)
+	if !ok || tr.TombstoneRetention() <= 0 {
+		return true
+	}
+	return p.c.cfg.clock.Now().Sub(written) < tr.TombstoneRetention()/2
 }
 
 // atOrAfter reports whether every stage of a is at or after b's position.

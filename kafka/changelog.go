@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,7 @@ type ChangelogConfig struct {
 // a checkpoint's acknowledgements. Safe for concurrent use.
 type Changelog struct {
 	topic      string
+	retention  time.Duration // delete.retention.ms
 	input      string
 	partitions int32
 	log        *slog.Logger
@@ -77,7 +79,21 @@ type Changelog struct {
 	closed bool
 }
 
-var _ chain.Changelog = (*Changelog)(nil)
+var (
+	_ chain.Changelog          = (*Changelog)(nil)
+	_ chain.TombstoneRetention = (*Changelog)(nil)
+)
+
+// minCompactionLag is the changelog's min.compaction.lag.ms: records stay
+// uncompacted this long, so that records appended after the committed
+// offset by an instance that crashed (which a restore never applies) cannot
+// make the log cleaner drop the committed values they supersede before the
+// next owner has restored them. (The cleaner leaves the active segment alone
+// anyway; this covers an append that crossed a segment roll.)
+const minCompactionLag = time.Hour
+
+// defaultDeleteRetention is Kafka's delete.retention.ms default.
+const defaultDeleteRetention = 24 * time.Hour
 
 // NewChangelog connects to the brokers and makes sure the changelog topic
 // can hold the chain's state: it creates it when it is missing — one
@@ -213,11 +229,11 @@ func (c *Changelog) ensure(ctx context.Context, cfg ChangelogConfig) (int32, err
 }
 
 func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg ChangelogConfig) error {
-	compact := "compact"
+	compact, lag := "compact", strconv.FormatInt(minCompactionLag.Milliseconds(), 10)
 	detail := &sarama.TopicDetail{
 		NumPartitions:     partitions,
 		ReplicationFactor: -1,
-		ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
+		ConfigEntries:     map[string]*string{"cleanup.policy": &compact, "min.compaction.lag.ms": &lag},
 	}
 	if cfg.ReplicationFactor > 0 {
 		detail.ReplicationFactor = cfg.ReplicationFactor
@@ -225,7 +241,7 @@ func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg Chan
 	err := admin.CreateTopic(c.topic, detail, false)
 	switch {
 	case err == nil:
-		c.log.Info("created the changelog topic", "partitions", partitions, "cleanup.policy", compact)
+		c.log.Info("created the changelog topic", "partitions", partitions, "cleanup.policy", compact, "min.compaction.lag.ms", lag)
 	case errors.Is(err, sarama.ErrTopicAlreadyExists):
 		// Another instance created it first: check it like any other.
 	default:
@@ -249,14 +265,23 @@ func (c *Changelog) check(ctx context.Context, admin sarama.ClusterAdmin, want i
 		return fmt.Errorf("%w: %q has %d partitions, the input topic %q has %d: the state of input partition p lives in changelog partition p, so they must match (add partitions to the changelog, or name another changelog topic)",
 			ErrChangelogMismatch, c.topic, len(got), c.input, want)
 	}
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic, ConfigNames: []string{"cleanup.policy"}})
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
+		ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
 	if err != nil {
 		return fmt.Errorf("kafka: describe changelog topic %q: %w", c.topic, err)
 	}
 	policy := ""
+	c.retention = defaultDeleteRetention
 	for _, e := range entries {
-		if e.Name == "cleanup.policy" {
+		switch e.Name {
+		case "cleanup.policy":
 			policy = e.Value
+		case "delete.retention.ms":
+			if ms, err := strconv.ParseInt(e.Value, 10, 64); err == nil && ms >= 0 {
+				// 0 drops tombstones at the next cleaning: as short as it gets
+				// (a 0 TombstoneRetention would mean "for ever").
+				c.retention = max(time.Duration(ms)*time.Millisecond, time.Nanosecond)
+			}
 		}
 	}
 	ps := strings.Split(strings.ReplaceAll(policy, " ", ""), ",")
@@ -266,6 +291,10 @@ func (c *Changelog) check(ctx context.Context, admin sarama.ClusterAdmin, want i
 	}
 	return ctx.Err()
 }
+
+// TombstoneRetention implements chain.TombstoneRetention: the topic's
+// delete.retention.ms (Kafka's default, a day, when the broker names none).
+func (c *Changelog) TombstoneRetention() time.Duration { return c.retention }
 
 // Topic is the changelog topic's name.
 func (c *Changelog) Topic() string { return c.topic }

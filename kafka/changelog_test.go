@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/assert"
@@ -38,7 +39,7 @@ func deleteTopic(t testing.TB, b *testbroker.Broker, topic string) {
 	_ = admin.DeleteTopic(topic)
 }
 
-func describeTopic(t *testing.T, b *testbroker.Broker, topic string) (partitions int, policy string) {
+func describeTopic(t *testing.T, b *testbroker.Broker, topic string) (partitions int, policy, lag string) {
 	t.Helper()
 	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
 	require.NoError(t, err)
@@ -46,14 +47,17 @@ func describeTopic(t *testing.T, b *testbroker.Broker, topic string) (partitions
 	md, err := admin.DescribeTopics([]string{topic})
 	require.NoError(t, err)
 	require.Len(t, md, 1)
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"cleanup.policy"}})
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"cleanup.policy", "min.compaction.lag.ms"}})
 	require.NoError(t, err)
 	for _, e := range entries {
-		if e.Name == "cleanup.policy" {
+		switch e.Name {
+		case "cleanup.policy":
 			policy = e.Value
+		case "min.compaction.lag.ms":
+			lag = e.Value
 		}
 	}
-	return len(md[0].Partitions), policy
+	return len(md[0].Partitions), policy, lag
 }
 
 func TestChangelogTopicIsCreatedAndChecked(t *testing.T) {
@@ -64,9 +68,11 @@ func TestChangelogTopicIsCreatedAndChecked(t *testing.T) {
 	cl, err := newChangelog(t, b, input, group, "")
 	require.NoError(t, err)
 	assert.Equal(t, group+"."+input+".state", cl.Topic())
-	n, policy := describeTopic(t, b, cl.Topic())
+	n, policy, lag := describeTopic(t, b, cl.Topic())
 	assert.Equal(t, 3, n, "the input's partition count")
 	assert.Equal(t, "compact", policy)
+	assert.Equal(t, "3600000", lag, "records no commit covers cannot make committed ones compacted away before a restore")
+	assert.Equal(t, 24*time.Hour, cl.TombstoneRetention(), "delete.retention.ms, Kafka's default")
 
 	// Present and fitting: accepted as it is.
 	again, err := newChangelog(t, b, input, group, "")

@@ -17,7 +17,7 @@ import (
 // (the stored value behind a version byte), nil for a deletion. The
 // persisted changelog offset sits under
 //
-//	l/                             -> <1><offset be64>
+//	l/                             -> <1><offset be64><written: unix ns be64>
 //
 // and is written in the same batch as the state it describes, so the
 // persisted entries are always the changelog's records below it applied in
@@ -39,8 +39,11 @@ func changelogKey(dst []byte, ks keyspace) []byte {
 	return appendTagged(dst, ks, changelogTag, "")
 }
 
+// encodeChangelogOffset encodes a changelog offset written now (the wall
+// clock: a restore compares it with the changelog's tombstone retention).
 func encodeChangelogOffset(off int64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{changelogVersion}, uint64(off))
+	v := binary.BigEndian.AppendUint64([]byte{changelogVersion}, uint64(off))
+	return binary.BigEndian.AppendUint64(v, uint64(time.Now().UnixNano()))
 }
 
 // changelogValue is the changelog value of an encoded stored value (nil for
@@ -142,11 +145,11 @@ func (p *partitionStore) PrepareCheckpoint(cps []commit.Checkpoint, evictBefore 
 }
 
 // ChangelogOffset implements chain.ChangelogStore.
-func (p *partitionStore) ChangelogOffset() (int64, bool, error) {
+func (p *partitionStore) ChangelogOffset() (int64, time.Time, bool, error) {
 	p.ckpt.Lock()
 	defer p.ckpt.Unlock()
 	if p.isClosed() {
-		return 0, false, p.err("changelog offset", ErrClosed)
+		return 0, time.Time{}, false, p.err("changelog offset", ErrClosed)
 	}
 	p.ckpt.kbuf = changelogKey(p.ckpt.kbuf[:0], p.ks)
 	v, ok, err := p.be.get(p.ckpt.kbuf)
@@ -154,12 +157,14 @@ func (p *partitionStore) ChangelogOffset() (int64, bool, error) {
 		if err != nil {
 			err = p.err("changelog offset", err)
 		}
-		return 0, false, err
+		return 0, time.Time{}, false, err
 	}
-	if len(v) != 9 || v[0] != changelogVersion {
-		return 0, false, p.err("changelog offset", fmt.Errorf("%w: changelog offset %x", ErrCorrupt, v))
+	if len(v) != 17 || v[0] != changelogVersion {
+		return 0, time.Time{}, false, p.err("changelog offset", fmt.Errorf("%w: changelog offset %x", ErrCorrupt, v))
 	}
-	return int64(binary.BigEndian.Uint64(v[1:])), true, nil
+	off := int64(binary.BigEndian.Uint64(v[1:]))
+	written := time.Unix(0, int64(binary.BigEndian.Uint64(v[9:])))
+	return off, written, true, nil
 }
 
 // restoreBatchBytes bounds one restore batch (a variable for the

@@ -60,7 +60,7 @@ func image(t *testing.T, rng *rand.Rand, log []chain.ChangelogRecord, n int64, s
 	if ok {
 		require.Equal(t, cps, got)
 	}
-	off, ok, err := cs.ChangelogOffset()
+	off, _, ok, err := cs.ChangelogOffset()
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, n, off)
@@ -135,7 +135,7 @@ func imageScenario(t *testing.T, h *harness, seed uint64) {
 			log = append(log, recs...)
 			require.NoError(t, pc.Commit(int64(len(log))))
 			lastCps, hasOffset = cps, true
-			off, ok, err := cs.ChangelogOffset()
+			off, _, ok, err := cs.ChangelogOffset()
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, int64(len(log)), off)
@@ -154,7 +154,7 @@ func imageScenario(t *testing.T, h *harness, seed uint64) {
 			} else {
 				clear(nexts)
 			}
-			off, ok, err := cs.ChangelogOffset()
+			off, _, ok, err := cs.ChangelogOffset()
 			require.NoError(t, err)
 			require.Equal(t, hasOffset, ok)
 			if ok {
@@ -211,7 +211,7 @@ func TestPreparedCheckpoint(t *testing.T) {
 		pc.Abort()
 		pc.Abort() // idempotent
 		assert.Empty(t, h.persisted(t, 0), "abort writes nothing")
-		_, ok, err := cs.ChangelogOffset()
+		_, _, ok, err := cs.ChangelogOffset()
 		require.NoError(t, err)
 		assert.False(t, ok)
 
@@ -221,7 +221,7 @@ func TestPreparedCheckpoint(t *testing.T) {
 		require.NoError(t, pc.Commit(17))
 		require.Error(t, pc.Commit(18), "a prepared checkpoint commits once")
 		assert.Equal(t, map[string]string{"x": "3", "y": "2", "w": "5"}, h.persisted(t, 0))
-		off, ok, err := cs.ChangelogOffset()
+		off, _, ok, err := cs.ChangelogOffset()
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, int64(17), off)
@@ -229,7 +229,7 @@ func TestPreparedCheckpoint(t *testing.T) {
 
 		// A checkpoint without the changelog leaves the state no longer its image.
 		require.NoError(t, ps.Checkpoint(cps(st, 3, 6), time.Time{}))
-		_, ok, err = cs.ChangelogOffset()
+		_, _, ok, err = cs.ChangelogOffset()
 		require.NoError(t, err)
 		assert.False(t, ok, "Checkpoint drops the changelog offset")
 	})
@@ -278,7 +278,7 @@ func TestRestoreAndFinish(t *testing.T) {
 		_, ok, err := cs.Checkpoints()
 		require.NoError(t, err)
 		assert.False(t, ok, "mid-restore the state is at no position")
-		off, ok, err := cs.ChangelogOffset()
+		off, _, ok, err := cs.ChangelogOffset()
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, int64(2), off)
@@ -291,7 +291,7 @@ func TestRestoreAndFinish(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, cps(st, 9, 8), got)
-		off, _, err = cs.ChangelogOffset()
+		off, _, _, err = cs.ChangelogOffset()
 		require.NoError(t, err)
 		assert.Equal(t, int64(6), off)
 
@@ -304,7 +304,7 @@ func TestRestoreAndFinish(t *testing.T) {
 		require.ErrorIs(t, cs.FinishRestore(nil, -1), ErrInvalid)
 
 		require.NoError(t, ps.Reset())
-		_, ok, err = cs.ChangelogOffset()
+		_, _, ok, err = cs.ChangelogOffset()
 		require.NoError(t, err)
 		assert.False(t, ok, "Reset drops the changelog offset")
 	})
@@ -371,7 +371,7 @@ func TestRestoreCrashLeavesAPrefix(t *testing.T) {
 		}
 		h.crash(t)
 		cs = changelogStore(t, h.open(t, 0, st))
-		off, ok, err := cs.ChangelogOffset()
+		off, _, ok, err := cs.ChangelogOffset()
 		require.NoError(t, err)
 		if !ok {
 			off = 0

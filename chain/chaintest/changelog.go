@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/store"
@@ -21,10 +22,30 @@ type Changelog struct {
 		// writing half of their records.
 		failAppends  int
 		beforeAppend func(partition int32, recs []chain.ChangelogRecord)
+		retention    time.Duration
 	}
 }
 
-var _ chain.Changelog = (*Changelog)(nil)
+var (
+	_ chain.Changelog          = (*Changelog)(nil)
+	_ chain.TombstoneRetention = (*Changelog)(nil)
+)
+
+// SetTombstoneRetention sets what TombstoneRetention reports (as Kafka's
+// delete.retention.ms would); 0, the default: tombstones are kept for ever.
+// The in-memory changelog never drops records itself.
+func (c *Changelog) SetTombstoneRetention(d time.Duration) {
+	c.mu.Lock()
+	c.mu.retention = d
+	c.mu.Unlock()
+}
+
+// TombstoneRetention implements chain.TombstoneRetention.
+func (c *Changelog) TombstoneRetention() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.retention
+}
 
 // NewChangelog returns an empty in-memory changelog.
 func NewChangelog() *Changelog {
