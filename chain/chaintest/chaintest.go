@@ -5,8 +5,14 @@
 // testing their processors inside a real chain (the goka tester idea).
 //
 // A Tester keeps its logs, commits and store across Stop/Start, so a test can
-// stop a chain (cleanly, or abruptly with Crash) and start it again to check
-// what a restart resumes from.
+// stop a chain and start it again to check what a restart resumes from.
+//
+// With UseChangelog it simulates a fleet whose state follows its partitions
+// (DESIGN §8): an in-memory Changelog shared by every chain, and a local
+// store per simulated instance; Move stops the chain and starts partitions
+// on another instance, which must restore their state from the changelog.
+// FailCommits, ResetOffset and the Changelog's FailAppends and BeforeAppend
+// inject the failures a real fleet sees.
 package chaintest
 
 import (

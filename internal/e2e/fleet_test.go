@@ -106,19 +106,19 @@ type member struct {
 
 // fleet is a group of `differential run` processes over one input.
 type fleet struct {
-	b                  *testbroker.Broker
-	bin                string
-	in, out, dlq       string
-	group              string
-	partitions         int
-	assignor           string
-	cfg                attribution.Config
-	parts              [][]chain.Record // by partition, everything produced so far
-	members            map[string]*member
-	producer           sarama.SyncProducer
-	want               map[outID]bool
-	outputs            *outputLog
-	dirs               string
+	b            *testbroker.Broker
+	bin          string
+	in, out, dlq string
+	group        string
+	partitions   int
+	assignor     string
+	cfg          attribution.Config
+	parts        [][]chain.Record // by partition, everything produced so far
+	members      map[string]*member
+	producer     sarama.SyncProducer
+	want         map[outID]bool
+	outputs      *outputLog
+	dirs         string
 }
 
 func (f *fleet) start(t *testing.T, name string) *member {
