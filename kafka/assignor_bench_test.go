@@ -139,15 +139,19 @@ func BenchmarkAssignorMovement(b *testing.B) {
 		{"cooperative-sticky", sarama.NewBalanceStrategyCooperativeSticky},
 	} {
 		b.Run(st.name, func(b *testing.B) {
+			var starts, moves, restored int64
+			var paused time.Duration
 			for range b.N {
 				m := assignorRun(b, st.strategy)
 				b.Logf("%d starts, %d moves, %d changelog records restored, %.1f partition-seconds unassigned",
 					m.starts, m.moves, m.restored.Load(), m.paused.Seconds())
-				b.ReportMetric(float64(m.starts), "starts/op")
-				b.ReportMetric(float64(m.moves), "moves/op")
-				b.ReportMetric(float64(m.restored.Load()), "restored/op")
-				b.ReportMetric(m.paused.Seconds(), "paused-partition-s/op")
+				starts, moves, restored, paused = starts+int64(m.starts), moves+int64(m.moves), restored+m.restored.Load(), paused+m.paused
 			}
+			n := float64(b.N)
+			b.ReportMetric(float64(starts)/n, "starts/op")
+			b.ReportMetric(float64(moves)/n, "moves/op")
+			b.ReportMetric(float64(restored)/n, "restored/op")
+			b.ReportMetric(paused.Seconds()/n, "paused-partition-s/op")
 		})
 	}
 }
