@@ -163,11 +163,12 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 		return err
 	}
 	defer closeLogged(log, "producer", prod)
-	settings := engineSettings{
-		rules: rules, idleTimeout: 250 * time.Millisecond, buffer: 8192, keyConcurrency: o.keyConcurrency,
-		commitInterval: time.Second, shutdown: 30 * time.Second, output: demoOutput, dlq: demoDLQ,
-	}
-	ch, err := newAttributionChain(settings, db, prod, reg, log, e.hooks)
+	// The chain's defaults, but a short idle release: the end of the
+	// generated log should not wait a second.
+	settings := defaultEngineSettings()
+	settings.idleTimeout, settings.keyConcurrency = 250*time.Millisecond, o.keyConcurrency
+	settings.output, settings.dlq = demoOutput, demoDLQ
+	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config()})
 	require.NoError(t, err)
 	pr := newProgress(target)
-	ch, err := chain.New(attribution.Chain(e.cfg), attribution.Decoder(e.cfg),
+	ch, err := attribution.NewChain(e.cfg,
 		chain.WithStore(fs), chain.WithProducer(prod), chain.WithOutputTopic(e.out), chain.WithDLQTopic(e.dlq),
 		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(200*time.Millisecond), chain.WithObserver(pr))
 	require.NoError(t, err)
