@@ -32,11 +32,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	c, err := openCluster(o.Brokers)
+	c, err := openBroker(o.Brokers)
 	if err != nil {
 		return Report{}, err
 	}
-	defer c.close()
+	defer func() { _ = c.Close() }()
 	h := &harness{o: o, c: c, cfg: attributionConfig()}
 	rep := Report{
 		Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
@@ -67,7 +67,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 
 type harness struct {
 	o   Options
-	c   *cluster
+	c   *broker
 	cfg attribution.Config
 }
 
@@ -516,11 +516,11 @@ func noteText(n string) string {
 }
 
 func (h *harness) check(d *design, exp *expectation) (Correctness, error) {
-	outs, err := h.c.readTopic(d.out)
+	outs, err := h.c.ReadAll(d.out, false)
 	if err != nil {
 		return Correctness{}, err
 	}
-	dlq, err := h.c.readTopic(d.dlq)
+	dlq, err := h.c.ReadAll(d.dlq, false)
 	if err != nil {
 		return Correctness{}, err
 	}
@@ -576,10 +576,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	d := &design{prog: newProgress(s.exp.ends), ready: make(chan struct{})}
 	ready := d.readyAfter(P)
 	group := c.name("group")
-	base := c.config()
+	base := c.Config()
 	switch s.kind {
 	case kindRaw:
-		r := &rawConsumer{addrs: c.addrs, sarama: base, topic: s.topic, group: group, prog: d.prog, ready: ready}
+		r := &rawConsumer{addrs: c.Addrs(), sarama: base, topic: s.topic, group: group, prog: d.prog, ready: ready}
 		d.run = r.run
 		return d, nil
 	case kindNoop:
@@ -606,7 +606,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.close()
 		return nil, err
 	}
-	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: c.addrs, Sarama: base, Logger: o.Logger})
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: c.Addrs(), Sarama: base, Logger: o.Logger})
 	if err != nil {
 		closeStore()
 		d.close()
@@ -649,7 +649,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.note = func() string { return chainNote(ch.Stats()) }
 	case kindMicroBatch, kindMicroBatchKey:
 		mb := &microBatch{
-			addrs: c.addrs, sarama: base, topic: s.topic, group: group,
+			addrs: c.Addrs(), sarama: base, topic: s.topic, group: group,
 			stages: costs(attribution.Chain(h.cfg)), dec: counting(attribution.Decoder(h.cfg)), store: st, prod: ap, out: d.out, dlq: d.dlq,
 			lateness: h.cfg.Lateness, idle: o.IdleTimeout, size: o.BatchSize, linger: o.BatchLinger,
 			workers: W, keyOrder: s.kind == kindMicroBatchKey, prog: d.prog, log: o.Logger, ready: ready,
@@ -674,8 +674,8 @@ const purchaseStage = 2
 func (h *harness) chainRun(ch *chain.Chain, topic, group string, assigned func(int)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		return kafka.Run(ctx, ch, kafka.Config{
-			Brokers: h.c.addrs, Topic: topic, Group: group, Start: kafka.StartEarliest,
-			Sarama: h.c.config(), Logger: h.o.Logger,
+			Brokers: h.c.Addrs(), Topic: topic, Group: group, Start: kafka.StartEarliest,
+			Sarama: h.c.Config(), Logger: h.o.Logger,
 			Hooks: kafka.Hooks{Assigned: func(string, int32, int64) { assigned(1) }},
 		})
 	}

@@ -27,10 +27,10 @@ import (
 
 // Tester drives one chain over in-memory partitions of one topic.
 type Tester struct {
-	tb     testing.TB
-	topic  string
-	build  func(opts ...chain.Option) (*chain.Chain, error)
-	opts   []chain.Option
+	tb    testing.TB
+	topic string
+	build func(opts ...chain.Option) (*chain.Chain, error)
+	opts  []chain.Option
 
 	changed signal
 

@@ -47,8 +47,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.Store, "store", "", "state store: pebble or memory (default pebble)")
 	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble stores (default the system's temporary directory)")
 	fs.Var(durationValue{&o.Timeout}, "timeout", "bound on one design run, a `duration` (default 10m)")
-	fs.Var(enumValue{&logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&logLevel, logLevels}, "log-level", "engine log `level`")
+	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

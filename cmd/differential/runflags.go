@@ -84,8 +84,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
-	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 }
 
 // parseRunOptions reads flags, then the configuration file for what the
