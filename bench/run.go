@@ -245,12 +245,13 @@ const latencyTail = time.Second
 // then stops it, checks its outputs and, in the latency phase, computes the
 // latencies.
 func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error) {
+	wall := time.Now()
 	d, err := h.newDesign(s)
 	if err != nil {
 		return nil, err
 	}
 	defer d.close()
-	run := h.start(ctx, s, d)
+	run := h.start(ctx, s, d, wall)
 	defer run.abort()
 	if err := run.awaitReady(); err != nil {
 		return nil, err
@@ -286,7 +287,7 @@ type running struct {
 	d     *design
 	s     runSpec
 	phase string
-	wall  time.Time // when the run started
+	wall  time.Time // when measure began (before the design was built)
 	// tReady, tDone, tStop: since wall, when every partition was assigned,
 	// every record complete, the design stopped and flushed.
 	tReady, tDone, tStop time.Duration
@@ -306,13 +307,13 @@ type running struct {
 }
 
 // start starts the design's run and the sampler.
-func (h *harness) start(ctx context.Context, s runSpec, d *design) *running {
+func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Time) *running {
 	phase := "throughput"
 	if s.paceRate > 0 {
 		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	r := &running{d: d, s: s, phase: phase, wall: time.Now(), ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
+	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
 		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
 	r.cpu0 = cpuTime()
 	r.smp = startSampler(d.prog)
