@@ -83,7 +83,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	})
 	w.wg.Go(func() {
 		for pe := range ap.Errors() {
-			w.fail(fmt.Errorf("produce to %s/%d: %w", cfg.Topic, pe.Msg.Partition, pe.Err))
+			w.fail(fmt.Errorf("produce to %s/%d (record timestamp %s): %w", cfg.Topic, pe.Msg.Partition, pe.Msg.Timestamp.UTC().Format(time.RFC3339), pe.Err))
 		}
 	})
 	if cfg.Progress != nil {
