@@ -152,5 +152,5 @@ func TestBinaryExitsTwoOnBadFlags(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitUsage, ee.ExitCode())
-	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag -start: must be one of earliest, latest`)
+	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag --start: must be one of earliest, latest`)
 }
