@@ -256,4 +256,3 @@ var engineHelp = map[string]string{
 	"high_watermark":        "Partition high watermark as last seen (-1: unknown).",
 	"buffer_fill":           "Records in the partition's handoff buffer.",
 }
-
