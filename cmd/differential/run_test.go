@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,8 +34,12 @@ func TestProduceRunStopRestart(t *testing.T) {
 	require.Contains(t, first.err.String(), "differential run stopped cleanly")
 
 	tp.produce(t, 4000, 8) // more input (the same event ids: duplicates across the restart)
-	tp.runToEnd(t)
+	second := tp.runToEnd(t)
 	v := tp.verifyOutputs(t)
+	// The restart logs where each stage resumes, watermarks as RFC 3339 times.
+	started := regexp.MustCompile(`"msg":"partition started".*"resume":\{"click":\{"next":\d+,"watermark":"2026-\d\d-\d\dT[0-9:.]+Z"\}`)
+	require.Regexp(t, started, second.err.String())
+	require.NotRegexp(t, `"watermark":\d{16,}`, second.err.String())
 	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", v.Installs, v.Purchases, v.DeadLettered, v.Duplicates)
 }
 
