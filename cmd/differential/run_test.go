@@ -159,3 +159,28 @@ func TestBinaryExitsTwoOnBadFlags(t *testing.T) {
 	require.Equal(t, exitUsage, ee.ExitCode())
 	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag --start: must be one of earliest, latest`)
 }
+
+// TestStateDirInUse: a second process given the --state-dir a running
+// `run` holds fails with exit 1 saying the directory is in use by another
+// differential process (Pebble's lock), not "resource temporarily
+// unavailable"; a second run in the same process says the same.
+func TestStateDirInUse(t *testing.T) {
+	bin := binary(t)
+	tp := newTopics(t, 1)
+	first := startCLIWatching(t, hooks{}, "differential run starting", tp.runArgs()...)
+	recv(t, first.logged, "the first run to open its state")
+
+	want := "--state-dir " + tp.stateDir + " is in use by another differential process"
+	cmd := exec.Command(bin, tp.runArgs("--group", tp.group+"-2")...)
+	_, err := cmd.Output()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitFatal, ee.ExitCode(), string(ee.Stderr))
+	require.Contains(t, string(ee.Stderr), want)
+	require.NotContains(t, string(ee.Stderr), "resource temporarily unavailable")
+
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--group", tp.group+"-3")...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, want)
+	require.Equal(t, exitOK, first.stop(t), tail(first.err.String()))
+}
