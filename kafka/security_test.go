@@ -157,6 +157,15 @@ func TestRunAndProduceOnSecuredCluster(t *testing.T) {
 		})
 	}
 
+	t.Run("insecure skip verify", func(t *testing.T) {
+		s := sec(kafka.SASLScramSHA512, "scram512-user")
+		s.TLS = kafka.TLS{InsecureSkipVerify: true}
+		var logs bytes.Buffer
+		prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Security: s, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err, "connects without the CA")
+		require.NoError(t, prod.Close())
+		require.Contains(t, logs.String(), "level=WARN msg=\"TLS certificate verification is OFF (InsecureSkipVerify)")
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		s := sec(kafka.SASLScramSHA512, "scram512-user")
 		s.SASL.Password = "not-the-password"

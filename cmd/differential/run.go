@@ -27,7 +27,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer saramaLog.Store(nil)
 	}
 	if o.security.TLS.InsecureSkipVerify {
-		log.Warn(insecureWarning)
+		log.Warn(insecureWarning) // kafka.NewProducer and kafka.Run warn again, for their clients
 	}
 	sc := baseSarama(o.version, o.maxRecordBytes)
 	if err := o.preflight(sc); err != nil {

@@ -193,10 +193,17 @@ func testSecuredCLI(t *testing.T, c securedCluster) {
 		require.NotContains(t, stdout+stderr, wrong)
 	}
 
+	// --tls-insecure-skip-verify connects without the CA, with a warning.
+	code, stdout, stderr := runWithEnv(t, envPassword(securePassword), "produce", "--config", config, "--tls-ca-file", "",
+		"--tls-insecure-skip-verify", "--topic", out, "--records", "0")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "produced 0 records to "+out)
+	require.Contains(t, stderr, "WARNING: TLS certificate verification is OFF (--tls-insecure-skip-verify)")
+
 	// A CA that did not sign the brokers' certificate.
 	other, err := testcerts.Generate(filepath.Join(dir, "other-ca"))
 	require.NoError(t, err)
-	code, _, stderr := runWithEnv(t, envPassword(securePassword), "produce", "--config", config, "--tls-ca-file", other.CAFile,
+	code, _, stderr = runWithEnv(t, envPassword(securePassword), "produce", "--config", config, "--tls-ca-file", other.CAFile,
 		"--topic", in, "--records", "1")
 	require.Equal(t, exitFatal, code, stderr)
 	require.Contains(t, stderr, "TLS: the brokers' certificate is not signed by a trusted CA: check the CA file ("+other.CAFile+")")
