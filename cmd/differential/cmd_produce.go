@@ -35,6 +35,7 @@ partition sarama's default hash partitioner picks for its key (user_id).
 Progress goes to stderr, the final count to stdout.
 
 ` + envHelp("DIFFERENTIAL_BROKERS") + `
+
 The file may be run's: keys of run's settings are ignored.`
 
 func defaultProduceOptions() produceOptions {

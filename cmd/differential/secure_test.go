@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -50,8 +51,10 @@ func TestSecuredClusterEmbedded(t *testing.T) {
 	c, err := embedded.Start(opts...)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	testSecuredCLI(t, securedCluster{brokers: c.Addrs(), certs: certs,
-		wrongPassword: `the broker closed the connection during the TLS handshake or SASL SCRAM-SHA-512 authentication for user "alice": check the user and password`})
+	sc := securedCluster{brokers: c.Addrs(), certs: certs,
+		wrongPassword: `the broker closed the connection during the TLS handshake or SASL SCRAM-SHA-512 authentication for user "alice": check the user and password`}
+	testSecuredCLI(t, sc)
+	produceWithEachMechanism(t, sc, kafka.SASLPlain, kafka.SASLScramSHA256)
 }
 
 // TestSecuredClusterKafka runs the same scenario on a real Kafka 4 broker
@@ -88,9 +91,37 @@ func TestSecuredClusterKafka(t *testing.T) {
 	})
 	require.NoError(t, err, "kafka.sh start --sasl-ssl:\n%s", out)
 	t.Logf("secured Kafka started in %v", time.Since(start).Round(100*time.Millisecond))
-	testSecuredCLI(t, securedCluster{brokers: []string{"127.0.0.1:" + strconv.Itoa(base+5)}, certs: certs,
+	sc := securedCluster{brokers: []string{"127.0.0.1:" + strconv.Itoa(base+5)}, certs: certs,
 		wrongPassword: `SASL SCRAM-SHA-512 authentication failed for user "alice": check the user and password (or token): ` +
-			`kafka: client has run out of available brokers to talk to: kafka server: SASL Authentication failed`})
+			`kafka: client has run out of available brokers to talk to: kafka server: SASL Authentication failed`}
+	testSecuredCLI(t, sc)
+	produceWithEachMechanism(t, sc, kafka.SASLPlain, kafka.SASLScramSHA256, kafka.SASLOAuthBearer)
+}
+
+// produceWithEachMechanism: produce creates a topic and writes to it
+// through each SASL mechanism (OAUTHBEARER with an unsecured JWT, which
+// scripts/kafka.sh's listener accepts, from --sasl-token-file).
+func produceWithEachMechanism(t *testing.T, c securedCluster, mechanisms ...string) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "password")
+	require.NoError(t, os.WriteFile(pwFile, []byte(securePassword), 0o600))
+	now := time.Now().Unix()
+	b64 := base64.RawURLEncoding.EncodeToString
+	jwt := b64([]byte(`{"alg":"none"}`)) + "." + b64(fmt.Appendf(nil, `{"sub":%q,"iat":%d,"exp":%d}`, secureUser, now, now+3600)) + "."
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(jwt+"\n"), 0o600))
+	for _, m := range mechanisms {
+		creds := []string{"--sasl-user", secureUser, "--sasl-password-file", pwFile}
+		if m == kafka.SASLOAuthBearer {
+			creds = []string{"--sasl-token-file", tokenFile}
+		}
+		topic := "mechanism-" + strings.ToLower(m)
+		args := append([]string{"produce", "--brokers", strings.Join(c.brokers, ","), "--tls-ca-file", c.certs.CAFile,
+			"--sasl-mechanism", m, "--topic", topic, "--create", "--partitions", "1", "--records", "10"}, creds...)
+		code, stdout, stderr := runCLI(t, hooks{}, args...)
+		require.Equal(t, exitOK, code, "%s: %s", m, stderr)
+		require.Contains(t, stdout, "produced 10 records to "+topic, m)
+	}
 }
 
 // testSecuredCLI: produce and run work end to end with the right TLS and
