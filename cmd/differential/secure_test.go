@@ -77,6 +77,10 @@ func TestSecuredClusterKafka(t *testing.T) {
 	script, err := filepath.Abs("../../scripts/kafka.sh")
 	require.NoError(t, err)
 	kafkaEnv := append(os.Environ(), "DIFFERENTIAL_KAFKA_PORT="+port, "DIFFERENTIAL_KAFKA_DATA="+filepath.Join(dir, "kafka"))
+	if os.Getenv("DIFFERENTIAL_KAFKA_START_TIMEOUT") == "" {
+		// This broker boots while other packages' tests load both cores.
+		kafkaEnv = append(kafkaEnv, "DIFFERENTIAL_KAFKA_START_TIMEOUT=240")
+	}
 	kafkaSh := func(args ...string) *exec.Cmd {
 		cmd := exec.Command("bash", append([]string{script}, args...)...)
 		cmd.Env = kafkaEnv
