@@ -125,7 +125,7 @@ func (p *partitionRun) restore(a Assignment) error {
 		}
 		if stale {
 			p.log.Warn("local window state is older than the group's commit (the partition was processed elsewhere); dropping it and resuming without it",
-				"persisted", persisted, "committed", meta)
+				"persisted", commit.Checkpoints(persisted), "committed", commit.Checkpoints(meta))
 			if err := p.ps.Reset(); err != nil {
 				return fmt.Errorf("reset stale state: %w", err)
 			}
@@ -204,7 +204,7 @@ func (p *partitionRun) run(ctx context.Context) error {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
 	}
 	p.ready.Store(true)
-	p.log.Info("partition started", "resume", p.resume)
+	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
 	unregister := p.registerMetrics()
 	defer unregister()
 

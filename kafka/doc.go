@@ -83,6 +83,18 @@
 //   - Producer.Produce calls done exactly once: nil after every message of
 //     the call is acknowledged by all in-sync replicas, or the first error.
 //
+// # Secured clusters
+//
+// Config.Security and ProducerConfig.Security configure TLS (a CA file,
+// a client certificate and key, a server name, InsecureSkipVerify, which is
+// logged as a warning) and SASL (PLAIN, SCRAM-SHA-256/512 through
+// xdg-go/scram, OAUTHBEARER with a token read from a file at every
+// connection) on every client Run and NewProducer create; Security.Apply
+// does the same for a sarama configuration of one's own. The password is a
+// Secret: every printed form of it is "[redacted]". A connection refused
+// for TLS or SASL reasons fails Run and NewProducer at once with an error
+// that wraps ErrAuthentication and says what to check (ExplainConnect).
+//
 // # Concurrency
 //
 // Run may be called several times at once (several members in one

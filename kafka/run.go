@@ -41,12 +41,13 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 		return fmt.Errorf("kafka: RebalanceTimeout %v must exceed the chain's shutdown timeout %v (chain.WithShutdownTimeout)", rt, st)
 	}
 	log := cfg.logger().With("group", cfg.Group, "topic", cfg.Topic)
+	warnInsecure(log, cc.group)
 	r := &runner{ch: ch, cfg: &cfg, log: log}
 
 	// The commit client comes first: it also checks that the topic exists.
 	commitClient, err := sarama.NewClient(cfg.Brokers, cc.commit)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	defer closeLogged(log, "commit client", commitClient)
 	if err := checkTopic(commitClient, cfg.Topic, cfg.Brokers); err != nil {
@@ -56,14 +57,14 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 
 	pc, err := sarama.NewClient(cfg.Brokers, cc.poll)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	defer closeLogged(log, "polling client", pc)
 	r.poll = &pollClient{client: pc, log: log}
 
 	groupClient, err := sarama.NewClient(cfg.Brokers, cc.group)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	group, err := sarama.NewConsumerGroupFromClient(cfg.Group, groupClient)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -33,8 +34,10 @@ type runOptions struct {
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	sec            securityFlags
 
-	version sarama.KafkaVersion // parsed kafkaVersion
+	version  sarama.KafkaVersion // parsed kafkaVersion
+	security kafka.Security      // from sec
 }
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
@@ -54,11 +57,12 @@ func defaultRunOptions() runOptions {
 	}
 }
 
-const runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0). Every flag can also be set in a YAML file given with
---config, keyed by the flag's name; flags on the command line win.`
+commit, exit 0).
+
+` + envHelp("DIFFERENTIAL_STATE_DIR")
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
@@ -85,10 +89,11 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
+	o.sec.register(fs)
 }
 
-// parseRunOptions reads flags, then the configuration file for what the
-// flags did not set, then validates the result.
+// parseRunOptions reads flags, then the environment and the configuration
+// file for what the flags did not set, then validates the result.
 func parseRunOptions(args []string, e *env) (runOptions, error) {
 	o := defaultRunOptions()
 	fs := newFlagSet("run", runSynopsis, e)
@@ -96,10 +101,8 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if o.config != "" {
-		if err := applyConfigFile(fs, o.config); err != nil {
-			return o, err
-		}
+	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+		return o, err
 	}
 	return o, o.validate()
 }
@@ -157,6 +160,9 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	o.version = v
+	if o.security, err = o.sec.security(); err != nil {
+		return err
+	}
 	if err := o.attribution().Validate(); err != nil {
 		return &usageError{err}
 	}
