@@ -97,9 +97,17 @@ func (r *Ring[T]) Append(ctx context.Context, items []T) error {
 		return fmt.Errorf("%w: offset %d below high %d", ErrOrder, first, r.mu.high)
 	}
 	for {
-		items = items[r.appendLocked(items):]
+		k := r.appendLocked(items)
+		items = items[k:]
 		if len(items) == 0 {
 			return nil
+		}
+		if k > 0 {
+			// One call appends at most a ring's worth; the pacer may
+			// already have read past what was just appended (it starts
+			// ahead of the ring when the first stage resumes further than
+			// the slowest one), so try again before waiting for it to move.
+			continue
 		}
 		// Full of unread items: wait for the pacer.
 		if r.mu.room == nil {

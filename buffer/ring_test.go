@@ -351,3 +351,29 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// A pacer that starts ahead of the ring (the first stage resumes further
+// than the slowest stage, where the ring starts) has read everything below
+// its cursor: one Append of more than a ring's worth must evict and go on
+// up to the pacer instead of waiting for a pacer move that never comes
+// (the pacer waits for exactly those items). Regression: the chain stalled
+// after restarts that left the first stage more than a buffer ahead.
+func TestAppendBelowAPacerAheadNeverWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(4, 0, recOffset)
+		got := make(chan []int64, 1)
+		go func() {
+			items, err := r.Read(t.Context(), 10, make([]rec, 0, 4), true)
+			assert.NoError(t, err)
+			got <- offsets(items)
+		}()
+		synctest.Wait() // the pacer waits at 10
+		done := make(chan error, 1)
+		go func() { done <- r.Append(t.Context(), recs(span(0, 14)...)) }()
+		synctest.Wait()
+		assert.Equal(t, []int64{10, 11, 12, 13}, <-got)
+		require.NoError(t, <-done)
+		assert.Equal(t, int64(14), r.High())
+		assert.Equal(t, int64(10), r.Low())
+	})
+}
