@@ -7,6 +7,7 @@ import (
 	metrics "github.com/rcrowley/go-metrics"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chainmetrics"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -44,7 +45,7 @@ func newAttributionChain(s engineSettings, st chain.Store, prod chain.Producer, 
 		chain.WithProducer(prod),
 		chain.WithOutputTopic(s.output),
 		chain.WithDLQTopic(s.dlq),
-		chain.WithMetrics(reg),
+		chainmetrics.Option(reg),
 		chain.WithLogger(log),
 	}
 	return chain.New(stages, attribution.Decoder(s.rules), append(opts, h.chainOptions...)...)
