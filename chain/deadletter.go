@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -18,9 +19,9 @@ const (
 	HeaderDLQOffset    = "differential-dlq-offset"
 	HeaderDLQStage     = "differential-dlq-stage"
 	// HeaderDLQTruncated is present when the dead letter is not the whole
-	// record; its value lists what was cut: "value", and in a minimal dead
-	// letter also "headers" (the original record's headers dropped), "key"
-	// and "reason".
+	// record; its value lists what was cut: "value", and when that was not
+	// enough also "headers" (the original record's headers dropped),
+	// "reason" and "key" (cut to their first KiB).
 	HeaderDLQTruncated = "differential-dlq-truncated"
 	// HeaderDLQOriginalSize and HeaderDLQOriginalSHA256 describe the original
 	// value of a truncated dead letter: its length in bytes and the
@@ -48,8 +49,8 @@ const (
 // the stage in headers (DESIGN I7). When key, value and headers together
 // exceed maxBytes, the value is cut to fit, and the headers
 // HeaderDLQTruncated, HeaderDLQOriginalSize and HeaderDLQOriginalSHA256 say
-// so; if that is not enough, the original headers are dropped, then the key
-// and the reason are cut. A record too large for the dead-letter topic is
+// so; if the rest alone is too large, the original headers are dropped and
+// the key and the reason cut to their first KiB. A record too large for the dead-letter topic is
 // thus still dead-lettered, and its partition goes on (a record that cannot
 // be dead-lettered would stop the partition at every restart).
 func DeadLetter(topic, stage string, r *Record, reason error, maxBytes int) Message {
@@ -92,17 +93,19 @@ func size(m *Message) int {
 	return n
 }
 
-const truncatedPart = 1 << 10 // what the minimal dead letter keeps of value, key and reason
+const truncatedPart = 1 << 10 // what the minimal dead letter keeps of key and reason
 
-// truncateDeadLetter returns m cut to at most limit bytes (see DeadLetter).
-// m's slices are not modified; m may already be truncated (its original
-// size and hash headers are kept).
+// truncateDeadLetter returns m cut to at most limit bytes (see DeadLetter):
+// the value first; if the rest alone is too large, the original headers are
+// dropped and the key and reason cut to their first KiB, and the value gets
+// what room is left. m's slices are not modified; m may already be
+// truncated (its original size and hash headers are kept).
 func truncateDeadLetter(m Message, limit int) Message {
 	if size(&m) <= limit {
 		return m
 	}
-	h := make([]Header, 0, len(m.Headers)+3)
 	var cut []string
+	h := make([]Header, 0, len(m.Headers)+3)
 	origin := false
 	for _, x := range m.Headers {
 		switch string(x.Key) {
@@ -121,41 +124,36 @@ func truncateDeadLetter(m Message, limit int) Message {
 			Header{Key: []byte(HeaderDLQOriginalSHA256), Value: []byte(hex.EncodeToString(sum[:]))})
 	}
 	mark := func(what string) {
-		for _, c := range cut {
-			if c == what {
-				return
-			}
+		if !slices.Contains(cut, what) {
+			cut = append(cut, what)
 		}
-		cut = append(cut, what)
 	}
 	mark("value")
-	out := Message{Topic: m.Topic, Key: m.Key, Value: m.Value, Headers: h}
-	// The marker's own weight, at its longest.
-	const markerLen = len(HeaderDLQTruncated) + len("value,headers,key,reason")
-	over := func() int { return size(&out) + markerLen - limit }
-	out.Value = out.Value[:max(0, len(out.Value)-max(0, over()))]
-	if over() > 0 {
+	value := m.Value
+	out := Message{Topic: m.Topic, Key: m.Key, Headers: h}
+	// room is what the value may take: the limit less everything else,
+	// the marker header at its longest included.
+	const markerLen = len(HeaderDLQTruncated) + len("value,headers,reason,key")
+	room := func() int { return limit - size(&out) - markerLen }
+	if room() < 0 {
 		mark("headers")
 		kept := out.Headers[:0:0]
 		for _, x := range out.Headers {
 			if bytes.HasPrefix(x.Key, []byte("differential-dlq-")) {
+				if string(x.Key) == HeaderDLQReason && len(x.Value) > truncatedPart {
+					mark("reason")
+					x.Value = x.Value[:truncatedPart]
+				}
 				kept = append(kept, x)
 			}
 		}
 		out.Headers = kept
-	}
-	if over() > 0 && len(out.Key) > truncatedPart {
-		mark("key")
-		out.Key = out.Key[:max(truncatedPart, len(out.Key)-over())]
-	}
-	if over() > 0 {
-		for i, x := range out.Headers {
-			if string(x.Key) == HeaderDLQReason && len(x.Value) > truncatedPart {
-				mark("reason")
-				out.Headers[i].Value = x.Value[:max(truncatedPart, len(x.Value)-over())]
-			}
+		if len(out.Key) > truncatedPart {
+			mark("key")
+			out.Key = out.Key[:truncatedPart]
 		}
 	}
+	out.Value = value[:min(len(value), max(0, room()))]
 	out.Headers = append(out.Headers, Header{Key: []byte(HeaderDLQTruncated), Value: []byte(strings.Join(cut, ","))})
 	return out
 }

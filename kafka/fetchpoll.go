@@ -119,6 +119,13 @@ func (p *fetchPoller) fetchOnce() error {
 	block, err := kfetch.Block(resp, p.topic, p.partition)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		b := resp.GetBlock(p.topic, p.partition)
+		if p.offset < b.LogStartOffset {
+			// The follower fell behind the log's retention: the records it
+			// has not processed are gone. Say which, so the operator can
+			// decide (an offset reset drops the local state, see DESIGN).
+			return fmt.Errorf("%w: records %d to %d were deleted from the log (retention) before this reader got them (log start %d, high watermark %d)",
+				errPollOutOfRange, p.offset, b.LogStartOffset-1, b.LogStartOffset, b.HighWaterMarkOffset)
+		}
 		return fmt.Errorf("%w (log start %d, high watermark %d)", errPollOutOfRange, b.LogStartOffset, b.HighWaterMarkOffset)
 	}
 	if err != nil {
