@@ -75,8 +75,10 @@ const (
 const Topic = "input"
 
 // New builds a tester for the given chain definition; opts are passed to
-// chain.New after the tester's own (producer, observer), so a test may
-// override them. Without a chain.WithStore option the chain has no store.
+// chain.New after the tester's own (producer, observer, output and
+// dead-letter topics), so a test may override the producer and topics; a
+// test's chain.WithObserver adds to the tester's observer (observers
+// compose). Without a chain.WithStore option the chain has no store.
 func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
 	t := &Tester{tb: tb, topic: Topic, stages: stages, dec: dec, opts: opts}
 	t.mu.logs = map[int32]*Log{}
