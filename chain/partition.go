@@ -294,9 +294,9 @@ func (p *partitionRun) build() {
 }
 
 // goroutines are a running partition's: the fetcher and the commit loop
-// (done when they returned), and the stages with their workers (when
-// stagesDone is closed, every stage loop returned; workersDone, every
-// key-parallel worker too).
+// (fetchAndCommit), and the stages with their workers (loopsDone is closed
+// once every stage loop returned, workersDone once every key-parallel
+// worker did too).
 type goroutines struct {
 	fetchAndCommit sync.WaitGroup
 	loopsDone      chan struct{}
