@@ -60,7 +60,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry, when set, becomes sarama's MetricRegistry for every client
 	// Run creates, so sarama's client metrics and the engine's
-	// (chain.WithMetrics) share one registry. Default: the base's.
+	// (chainmetrics.Option) share one registry. Default: the base's.
 	Registry metrics.Registry
 	// SessionTimeout: a member that sends no heartbeat for this long is
 	// removed from the group (sarama default 10s; brokers bound it by

@@ -137,6 +137,12 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	p.readers.Go(func() {
 		for pe := range ap.Errors() {
 			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
+				if tooLarge(pe.Err) {
+					// The chain dead-letters such a message minimal instead
+					// of failing its partition (chain.ProduceDeadLetter).
+					g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
+					continue
+				}
 				g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
 			} else {
 				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
