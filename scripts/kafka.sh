@@ -266,8 +266,15 @@ read_sasl_dir() {
 }
 
 # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding (22 characters).
+# A random KRaft cluster id (16 bytes, URL-safe base64). One that starts with '-' would be read
+# as an option by kafka-storage ("expected one argument"), so such ids are drawn again.
 new_cluster_id() {
-	head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+	local id
+	while :; do
+		id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+		[[ "$id" == -* ]] || break
+	done
+	printf '%s\n' "$id"
 }
 
 write_server_properties() {
