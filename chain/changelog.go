@@ -136,3 +136,30 @@ type PreparedCheckpoint interface {
 func WithChangelog(cl Changelog) Option {
 	return optionFunc(func(c *config) { c.changelog = cl })
 }
+
+// RestoreObserver is an Observer that is also told when a partition's state
+// restore starts (chains with a changelog), before its stages exist — e.g. to
+// register restore metrics, as chain/chainmetrics does. stats returns the
+// partition's current snapshot (its Restore field shows the progress) and
+// may be called until RestoreStopped, which runs when RunPartition returns.
+type RestoreObserver interface {
+	Observer
+	RestoreStarted(topic string, partition int32, stats func() PartitionStats)
+	RestoreStopped(topic string, partition int32)
+}
+
+func (f fanout) RestoreStarted(topic string, partition int32, stats func() PartitionStats) {
+	for _, o := range f {
+		if ro, ok := o.(RestoreObserver); ok {
+			ro.RestoreStarted(topic, partition, stats)
+		}
+	}
+}
+
+func (f fanout) RestoreStopped(topic string, partition int32) {
+	for _, o := range f {
+		if ro, ok := o.(RestoreObserver); ok {
+			ro.RestoreStopped(topic, partition)
+		}
+	}
+}

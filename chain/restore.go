@@ -125,8 +125,8 @@ func (r *restoreState) setReason(s string) { r.reason.Store(&s) }
 // process again. A cancelled context stops the restore; what was applied
 // stays and the next assignment continues from it.
 func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) error {
-	rs := &p.restore
-	rs.started.Store(p.c.cfg.clock.Now().UnixNano())
+	rs := &p.restored
+	rs.started.Store(time.Now().UnixNano())
 	rs.phase.Store(phaseChecking)
 	names := p.c.names
 
@@ -157,7 +157,7 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 	seed := false                  // the changelog does not hold the state: reconcile [0, end) and dump it
 	wipe := func(why string) error {
 		if lok || pok {
-			log.Warn("dropping the local state: "+why, "persisted", lcps)
+			log.Warn("dropping the local state: "+why, "persisted", commit.Checkpoints(lcps))
 		}
 		lok, pok = false, false
 		return p.cs.Reset()
@@ -232,7 +232,7 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 		}
 	}
 	rs.setReason(why)
-	log.Info("partition state: "+why, "resume", resume)
+	log.Info("partition state: "+why, "resume", commit.Checkpoints(resume))
 
 	if seed {
 		base = 0
@@ -261,8 +261,8 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 }
 
 func (p *partitionRun) finishRestore(log interface{ Info(string, ...any) }, off int64) {
-	rs := &p.restore
-	now := p.c.cfg.clock.Now()
+	rs := &p.restored
+	now := time.Now()
 	rs.finished.Store(now.UnixNano())
 	rs.phase.Store(phaseDone)
 	s := rs.stats(now)
@@ -284,7 +284,7 @@ func (p *partitionRun) tombstonesKept(written time.Time) bool {
 	if !ok || tr.TombstoneRetention() <= 0 {
 		return true
 	}
-	return p.c.cfg.clock.Now().Sub(written) < tr.TombstoneRetention()/2
+	return time.Now().Sub(written) < tr.TombstoneRetention()/2
 }
 
 // atOrAfter reports whether every stage of a is at or after b's position.
@@ -308,7 +308,7 @@ func everyStageAt(names []string, off int64) []commit.Checkpoint {
 // readChangelog applies the changelog's records in [from, to) to the local
 // state, one store batch per fetch.
 func (p *partitionRun) readChangelog(ctx context.Context, from, to int64) error {
-	rs := &p.restore
+	rs := &p.restored
 	rs.phase.Store(phaseReading)
 	rs.from.Store(from)
 	rs.to.Store(to)
@@ -341,7 +341,7 @@ func (p *partitionRun) reconcile(ctx context.Context, from, to int64) (int64, er
 	if from >= to {
 		return from, nil
 	}
-	rs := &p.restore
+	rs := &p.restored
 	rs.phase.Store(phaseReconciling)
 	rs.from.Store(from)
 	rs.to.Store(to)
@@ -378,7 +378,7 @@ func (p *partitionRun) reconcile(ctx context.Context, from, to int64) (int64, er
 // reconcile made every earlier key say what the local state says) and
 // returns the changelog offset after them.
 func (p *partitionRun) seed(ctx context.Context, off int64) (int64, error) {
-	rs := &p.restore
+	rs := &p.restored
 	rs.phase.Store(phaseSeeding)
 	err := p.cs.Snapshot(func(recs []ChangelogRecord) error {
 		if len(recs) == 0 {

@@ -1,11 +1,6 @@
 package chain
 
-import (
-	"fmt"
-	"time"
-
-	metrics "github.com/rcrowley/go-metrics"
-)
+import "time"
 
 // PartitionStats is a snapshot of one running partition.
 type PartitionStats struct {
@@ -63,7 +58,7 @@ func (p *partitionRun) stats() PartitionStats {
 		Committed:     p.committed.Load(),
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
-		Restore:       p.restore.stats(p.c.cfg.clock.Now()),
+		Restore:       p.restored.stats(time.Now()),
 	}
 	if !p.ready.Load() {
 		return ps
@@ -77,7 +72,7 @@ func (p *partitionRun) stats() PartitionStats {
 }
 
 func (s *stageRun) stats(hwm int64) StageStats {
-	next, wm := s.next.Load(), s.wm.Load()
+	next, wm := s.cp.load()
 	st := StageStats{
 		Name: s.name, Position: next, Watermark: unixTime(wm), Lag: -1,
 		Mode: "buffered", Switches: s.switches.Load(),
@@ -92,8 +87,9 @@ func (s *stageRun) stats(hwm int64) StageStats {
 		st.Mode = "polling"
 	}
 	if l := s.leader; l != nil {
-		st.GapOffsets = l.next.Load() - next
-		if lwm := l.wm.Load(); lwm != 0 && wm != 0 {
+		lnext, lwm := l.cp.load()
+		st.GapOffsets = lnext - next
+		if lwm != 0 && wm != 0 {
 			st.GapTime = time.Duration(lwm - wm)
 		}
 	}
@@ -101,94 +97,4 @@ func (s *stageRun) stats(hwm int64) StageStats {
 	st.InFlight = s.tracker.InFlight()
 	s.mu.Unlock()
 	return st
-}
-
-// registerMetrics registers the partition's gauges in the configured registry
-// and returns the function that unregisters them (called when the partition
-// stops, so a revoked partition leaves no series behind).
-func (p *partitionRun) registerMetrics() func() {
-	r := p.c.cfg.registry
-	if r == nil {
-		return func() {}
-	}
-	var names []string
-	reg := func(name string, f func() int64) {
-		names = append(names, name)
-		_ = r.Register(name, metrics.NewFunctionalGauge(f))
-	}
-	base := fmt.Sprintf("differential.partition.%s.%d.", p.topic, p.partition)
-	reg(base+"committed", p.committed.Load)
-	reg(base+"commits", p.commits.Load)
-	reg(base+"commit_errors", p.commitErr.Load)
-	reg(base+"high_watermark", p.src.HighWatermark)
-	reg(base+"buffer_fill", func() int64 { return int64(p.ring.Len()) })
-	for _, s := range p.stages {
-		sb := fmt.Sprintf("differential.stage.%s.%d.%s.", p.topic, p.partition, s.name)
-		reg(sb+"position", s.next.Load)
-		reg(sb+"watermark_unix_ms", func() int64 { return s.wm.Load() / int64(time.Millisecond) })
-		reg(sb+"lag", func() int64 {
-			if h := p.src.HighWatermark(); h >= 0 {
-				return max(h-s.next.Load(), 0)
-			}
-			return -1
-		})
-		reg(sb+"mode_polling", func() int64 { return int64(s.mode.Load()) })
-		reg(sb+"mode_switches", s.switches.Load)
-		reg(sb+"processed", s.processed.Load)
-		reg(sb+"skipped", s.skipped.Load)
-		reg(sb+"dead_lettered", s.dlq.Load)
-		reg(sb+"retries", s.retries.Load)
-		reg(sb+"idle_releases", s.idles.Load)
-		reg(sb+"in_flight", s.outstanding.Load)
-		if l := s.leader; l != nil {
-			reg(sb+"gap_offsets", func() int64 { return l.next.Load() - s.next.Load() })
-			reg(sb+"gap_ms", func() int64 {
-				lw, w := l.wm.Load(), s.wm.Load()
-				if lw == 0 || w == 0 {
-					return 0
-				}
-				return (lw - w) / int64(time.Millisecond)
-			})
-		}
-		reg(sb+"last_progress_unix_ms", func() int64 { return s.lastProgress.Load() / int64(time.Millisecond) })
-	}
-	return func() {
-		for _, n := range names {
-			r.Unregister(n)
-		}
-	}
-}
-
-// registerRestoreMetrics registers the partition's restore gauges (chains
-// with a changelog) for as long as the partition runs.
-func (p *partitionRun) registerRestoreMetrics() func() {
-	r := p.c.cfg.registry
-	if r == nil {
-		return func() {}
-	}
-	base := fmt.Sprintf("differential.partition.%s.%d.", p.topic, p.partition)
-	rs := &p.restore
-	gauges := map[string]metrics.Gauge{
-		base + "restore_records": metrics.NewFunctionalGauge(rs.records.Load),
-		base + "restore_bytes":   metrics.NewFunctionalGauge(rs.bytes.Load),
-		base + "restoring": metrics.NewFunctionalGauge(func() int64 {
-			if ph := rs.phase.Load(); ph != phaseNone && ph != phaseDone {
-				return 1
-			}
-			return 0
-		}),
-	}
-	for n, g := range gauges {
-		_ = r.Register(n, g)
-	}
-	dur := base + "restore_duration_seconds"
-	_ = r.Register(dur, metrics.NewFunctionalGaugeFloat64(func() float64 {
-		return rs.stats(p.c.cfg.clock.Now()).Duration.Seconds()
-	}))
-	return func() {
-		for n := range gauges {
-			r.Unregister(n)
-		}
-		r.Unregister(dur)
-	}
 }

@@ -50,6 +50,8 @@ type ChangelogConfig struct {
 	// guarantees depend on: idempotence, acks=all, one open request per
 	// connection, explicit partitions.
 	Sarama *sarama.Config
+	// Security configures TLS and SASL, as Config.Security does.
+	Security Security
 	// ReplicationFactor of a changelog NewChangelog creates. Default: the
 	// broker's default.
 	ReplicationFactor int16
@@ -126,6 +128,7 @@ func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) 
 	if err != nil {
 		return nil, err
 	}
+	warnInsecure(log, rc)
 	read, err := sarama.NewClient(cfg.Brokers, rc)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
@@ -160,9 +163,9 @@ func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) 
 
 // changelogConfigs derives the reader's and the producer's configurations.
 func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err error) {
-	base := cfg.Sarama
-	if base == nil {
-		base = sarama.NewConfig()
+	base, err := secured(cfg.Sarama, cfg.Security)
+	if err != nil {
+		return nil, nil, err
 	}
 	derive := func(role string) *sarama.Config {
 		sc := *base

@@ -104,7 +104,9 @@ func BenchmarkChangelogOverhead(b *testing.B) {
 				ran := make(chan error, 1)
 				b.StartTimer()
 				began := time.Now()
-				go func() { ran <- kafka.Run(ctx, ch, kafka.Config{Brokers: br.Addrs(), Topic: topic, Group: group, Sarama: br.Config()}) }()
+				go func() {
+					ran <- kafka.Run(ctx, ch, kafka.Config{Brokers: br.Addrs(), Topic: topic, Group: group, Sarama: br.Config()})
+				}()
 				select {
 				case <-w.done:
 				case err := <-ran:

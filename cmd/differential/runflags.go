@@ -7,6 +7,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 )
@@ -14,12 +15,12 @@ import (
 // runOptions are the settings of `differential run`, from flags and the
 // configuration file.
 type runOptions struct {
+	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --commit-interval, --shutdown-timeout, --output, --dlq
+
 	config         string
 	brokers        []string
 	topic          string
 	group          string
-	output         string
-	dlq            string
 	stateDir       string
 	changelog      bool
 	changelogTopic string
@@ -32,43 +33,40 @@ type runOptions struct {
 	dedupHorizon   time.Duration
 	maxClockSkew   time.Duration
 	maxRecordBytes int
-	offsetDistance int64
-	idleTimeout    time.Duration
-	buffer         int
-	keyConcurrency int
-	commitInterval time.Duration
-	shutdown       time.Duration
 	metricsAddr    string
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	sec            securityFlags
 
-	version sarama.KafkaVersion // parsed kafkaVersion
+	version  sarama.KafkaVersion // parsed kafkaVersion
+	security kafka.Security      // from sec
 }
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
 // stage's key concurrency.
-const maxKeyConcurrency = 1024
+const maxKeyConcurrency = chain.DefaultInFlight
 
 func defaultRunOptions() runOptions {
 	a := attribution.DefaultConfig()
 	return runOptions{
-		topic: "events", group: "differential-attribution", output: "attributions", dlq: "events-dlq",
+		engineSettings: defaultEngineSettings(),
+
+		topic: "events", group: "differential-attribution",
 		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
-		idleTimeout: time.Second, buffer: 8192, keyConcurrency: 1,
-		commitInterval: time.Second, shutdown: 30 * time.Second, stallTimeout: time.Minute,
-		logFormat: "text", logLevel: "info",
+		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
 	}
 }
 
-const runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0). Every flag can also be set in a YAML file given with
---config, keyed by the flag's name; flags on the command line win.`
+commit, exit 0).
+
+` + envHelp("DIFFERENTIAL_STATE_DIR")
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
@@ -97,12 +95,12 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
-	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
+	o.sec.register(fs)
 }
 
-// parseRunOptions reads flags, then the configuration file for what the
-// flags did not set, then validates the result.
+// parseRunOptions reads flags, then the environment and the configuration
+// file for what the flags did not set, then validates the result.
 func parseRunOptions(args []string, e *env) (runOptions, error) {
 	o := defaultRunOptions()
 	fs := newFlagSet("run", runSynopsis, e)
@@ -110,10 +108,8 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if o.config != "" {
-		if err := applyConfigFile(fs, o.config); err != nil {
-			return o, err
-		}
+	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+		return o, err
 	}
 	return o, o.validate()
 }
@@ -178,6 +174,9 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	o.version = v
+	if o.security, err = o.sec.security(); err != nil {
+		return err
+	}
 	if err := o.attribution().Validate(); err != nil {
 		return &usageError{err}
 	}

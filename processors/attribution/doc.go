@@ -1,7 +1,9 @@
 // Package attribution is the click → install → purchase attribution chain
 // of DESIGN §5: a Decoder that validates the JSON events, and three stages
 // (Chain) whose processors match installs to clicks and purchases to
-// installs within one partition.
+// installs within one partition. NewChain (NewChainWith for key
+// concurrency and wrapped stages) builds the *chain.Chain wired the way
+// the rules need: the follower gate's lateness is Config.Lateness.
 //
 // # Rules (DESIGN §5, record for record)
 //

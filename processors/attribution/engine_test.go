@@ -27,8 +27,7 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		lateness time.Duration
 		distance int64
 		buffer   int
-		// slowLeaders makes the click and install stages take 1ms (fake
-		// time) per record, so their followers run right behind the gate.
+		// slowLeaders: see the function.
 		slowLeaders bool
 	}{
 		{"defaults", 0, 0, 8192, false},
@@ -41,47 +40,64 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				wc := workload.DefaultConfig()
-				wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 11
-				wc.Span = 4 * 24 * time.Hour
-				wc.MaxRecordBytes = 4096
-				recs := workload.Generate(wc)
 				cfg := attribution.DefaultConfig()
 				cfg.Lateness = tc.lateness
-				cfg.MaxRecordBytes = wc.MaxRecordBytes
-				st := store.NewMemory()
-				stages := attribution.Chain(cfg)
+				var w attribution.Wiring
 				if tc.slowLeaders {
-					for i := range 2 {
-						stages[i].Processor = slow{stages[i].Processor}
-					}
+					w.Stages = slowLeaders
 				}
-				tt := chaintest.New(t, stages, attribution.Decoder(cfg),
-					chain.WithStore(st), chain.WithLateness(tc.lateness), chain.WithOffsetDistance(tc.distance),
+				r := runAgainstModel(t, cfg, w, chain.WithOffsetDistance(tc.distance),
 					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)))
-				parts := workload.Split(recs, wc.Partitions)
-				for p := range parts {
-					tt.Append(int32(p), parts[p]...)
-				}
-				tt.Start(0, 1, 2)
-				tt.WaitIdle()
-				require.NoError(t, tt.Stop())
-
-				// The tester's logs assign offsets 0..n-1, as the split
-				// records had for their partitions; one stage at a time per
-				// partition writes in offset order.
-				inputs := make([][]chain.Record, len(parts))
-				for p := range parts {
-					inputs[p] = tt.Log(int32(p)).Records()
-				}
-				r := reference.Check(inputs, cfg, reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("dlq")),
-					reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
 				require.True(t, r.OK(), r.Summary())
-				require.Greater(t, r.Outputs().Matched, 1000, "the workload must produce outputs")
-				require.Positive(t, r.DeadLetters.Matched)
 			})
 		})
 	}
+}
+
+// runAgainstModel runs attribution.NewChainWith(cfg, w, opts...) through
+// the real engine (chaintest, the in-memory store) on a generated workload
+// (6,000 records, 3 partitions, cfg.MaxRecordBytes set to its limit) and
+// checks what it wrote against the reference model: every output and dead
+// letter once, each stage's in input offset order (one stage at a time per
+// partition). It must run inside a synctest bubble.
+func runAgainstModel(t *testing.T, cfg attribution.Config, w attribution.Wiring, opts ...chain.Option) *reference.Report {
+	t.Helper()
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 11
+	wc.Span = 4 * 24 * time.Hour
+	wc.MaxRecordBytes = 4096
+	cfg.MaxRecordBytes = wc.MaxRecordBytes
+	recs := workload.Generate(wc)
+	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
+		append([]chain.Option{chain.WithStore(store.NewMemory())}, opts...)...)
+	parts := workload.Split(recs, wc.Partitions)
+	for p := range parts {
+		tt.Append(int32(p), parts[p]...)
+	}
+	tt.Start(0, 1, 2)
+	tt.WaitIdle()
+	require.NoError(t, tt.Stop())
+
+	// The tester's logs assign offsets 0..n-1, as the split records had
+	// for their partitions.
+	inputs := make([][]chain.Record, len(parts))
+	for p := range parts {
+		inputs[p] = tt.Log(int32(p)).Records()
+	}
+	r := reference.Check(inputs, cfg, reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("dlq")),
+		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+	require.Greater(t, r.Outputs().Want, 1000, "the workload must produce outputs")
+	require.Positive(t, r.DeadLetters.Want)
+	return r
+}
+
+// slowLeaders makes the click and install stages take 1ms (fake time) per
+// record, so their followers run right behind the gate.
+func slowLeaders(stages []chain.Stage) []chain.Stage {
+	for i := range 2 {
+		stages[i].Processor = slow{stages[i].Processor}
+	}
+	return stages
 }
 
 // slow delays Process by 1ms of (fake) time; Sequence passes through.
