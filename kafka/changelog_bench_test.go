@@ -69,6 +69,7 @@ func BenchmarkChangelogOverhead(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			var total time.Duration
+			var appended int64
 			for range b.N {
 				b.StopTimer()
 				group := testbroker.Name(b, "overhead")
@@ -120,12 +121,24 @@ func BenchmarkChangelogOverhead(b *testing.B) {
 				}
 				_ = prod.Close()
 				if cl != nil {
+					for p := range int32(partitions) {
+						part, err := cl.Partition(topic, p)
+						if err != nil {
+							b.Fatal(err)
+						}
+						end, err := part.End(context.Background())
+						if err != nil {
+							b.Fatal(err)
+						}
+						appended += end
+					}
 					_ = cl.Close()
 				}
 				_ = db.Close()
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(len(recs))*float64(b.N)/total.Seconds(), "records/s")
+			b.ReportMetric(float64(appended)/float64(len(recs)*b.N), "changelog-records/record")
 		})
 	}
 }
