@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -250,11 +249,8 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 		return fmt.Errorf("finish restore: %w", err)
 	}
 	p.clOffset = off
-	p.resume = resume
 	if resume != nil {
-		p.start = slices.MinFunc(resume, func(a, b commit.Checkpoint) int {
-			return int(min(max(a.Next-b.Next, -1), 1))
-		}).Next
+		p.resumeAt(resume)
 	}
 	p.finishRestore(log, off)
 	return nil
