@@ -39,7 +39,7 @@ func TestRestoreAfterStateDirDeleted(t *testing.T) {
 // it up from the changelog; every output equals the model's, once.
 func TestStaleLocalStateIsCaughtUp(t *testing.T) {
 	tp := newTopics(t, 4)
-	tp.produce(t, 3000, 41)
+	tp.produce(t, 3000, 51)
 	_, ends := tp.input(t)
 	w := newWatcher()
 	a := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs()...)
@@ -48,12 +48,12 @@ func TestStaleLocalStateIsCaughtUp(t *testing.T) {
 	b := startCLIWatching(t, hooks{chainOptions: w.member().options()}, `"msg":"partition started"`,
 		tp.runArgs("--state-dir", t.TempDir())...)
 	recv(t, b.logged, "b to start a partition")
-	tp.produce(t, 3000, 42)
+	tp.produce(t, 3000, 52)
 	_, ends = tp.input(t)
 	recv(t, w.reach(ends), "a and b to finish the second input")
 	require.Equal(t, exitOK, b.stop(t), tail(b.err.String()))
 
-	tp.produce(t, 3000, 43)
+	tp.produce(t, 3000, 53)
 	_, ends = tp.input(t)
 	recv(t, w.reach(ends), "a to finish the third input")
 	require.Equal(t, exitOK, a.stop(t), tail(a.err.String()))
