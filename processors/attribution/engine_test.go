@@ -19,8 +19,13 @@ import (
 // TestChainMatchesReferenceModel runs the attribution chain through the real
 // engine (chaintest: in-memory partitions, the in-memory store) on generated
 // workloads and checks the outputs equal the reference model's record for
-// record, each stage's outputs in the offset order of its inputs, and the
-// dead letters are exactly the invalid records.
+// record, each stage's outputs in the offset order of its inputs (of each
+// key's inputs under key-parallel processing), and the dead letters are
+// exactly the invalid records. The velocity cases run click → velocity →
+// install → purchase and check the alerts too; the restart cases stop the
+// chain cleanly after a third of the input and abandon it (outputs never
+// acknowledged: nothing of it committed, its pending state dropped) during
+// the second third, then run it to the end.
 func TestChainMatchesReferenceModel(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -30,13 +35,20 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		// slowLeaders makes the click and install stages take 1ms (fake
 		// time) per record, so their followers run right behind the gate.
 		slowLeaders bool
+		velocity    bool
+		keyParallel int
+		restarts    bool
 	}{
-		{"defaults", 0, 0, 8192, false},
-		{"lateness-10m-distance-5", 10 * time.Minute, 5, 8192, false},
-		{"tiny-buffer-polling", 0, 0, 32, false},
-		{"lateness-3h", 3 * time.Hour, 0, 256, false},
-		{"lateness-3h-tight-gate", 3 * time.Hour, 0, 8192, true},
-		{"lateness-0-tight-gate", 0, 0, 8192, true},
+		{name: "defaults", buffer: 8192},
+		{name: "lateness-10m-distance-5", lateness: 10 * time.Minute, distance: 5, buffer: 8192},
+		{name: "tiny-buffer-polling", buffer: 32},
+		{name: "lateness-3h", lateness: 3 * time.Hour, buffer: 256},
+		{name: "lateness-3h-tight-gate", lateness: 3 * time.Hour, buffer: 8192, slowLeaders: true},
+		{name: "lateness-0-tight-gate", buffer: 8192, slowLeaders: true},
+		{name: "velocity", buffer: 8192, velocity: true},
+		{name: "velocity-key-parallel-restarts", lateness: 10 * time.Minute, buffer: 256, velocity: true, keyParallel: 8, restarts: true},
+		{name: "velocity-tight-gate", buffer: 8192, slowLeaders: true, velocity: true},
+		{name: "velocity-restarts", lateness: 3 * time.Hour, buffer: 8192, velocity: true, restarts: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,10 +61,15 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 				cfg := attribution.DefaultConfig()
 				cfg.Lateness = tc.lateness
 				cfg.MaxRecordBytes = wc.MaxRecordBytes
+				if tc.velocity {
+					cfg.Velocity = attribution.DefaultVelocity(time.Hour)
+					cfg.Velocity.Threshold = 2
+				}
 				st := store.NewMemory()
-				stages := attribution.Chain(cfg)
-				if tc.slowLeaders {
-					for i := range 2 {
+				stages := attribution.Chain(cfg, attribution.AlertsTopic("alerts"))
+				for i := range stages {
+					stages[i].KeyConcurrency = tc.keyParallel
+					if tc.slowLeaders && i < len(stages)-1 {
 						stages[i].Processor = slow{stages[i].Processor}
 					}
 				}
@@ -60,25 +77,56 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 					chain.WithStore(st), chain.WithLateness(tc.lateness), chain.WithOffsetDistance(tc.distance),
 					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)))
 				parts := workload.Split(recs, wc.Partitions)
-				for p := range parts {
-					tt.Append(int32(p), parts[p]...)
+				all := []int32{0, 1, 2}
+				if tc.restarts {
+					feedThird := func(k int) {
+						for p, recs := range parts {
+							n := len(recs)
+							tt.Append(int32(p), recs[k*n/3:(k+1)*n/3]...)
+						}
+					}
+					feedThird(0)
+					tt.Start(all...)
+					tt.WaitIdle()
+					require.NoError(t, tt.Stop())
+					tt.SetAckMode(chaintest.AckHold)
+					tt.Start(all...)
+					feedThird(1)
+					synctest.Wait() // every stage waits for acknowledgements
+					require.ErrorIs(t, tt.Stop(), chain.ErrShutdownTimeout)
+					tt.SetAckMode(chaintest.AckImmediately)
+					feedThird(2)
+				} else {
+					for p := range parts {
+						tt.Append(int32(p), parts[p]...)
+					}
 				}
-				tt.Start(0, 1, 2)
+				tt.Start(all...)
 				tt.WaitIdle()
 				require.NoError(t, tt.Stop())
 
 				// The tester's logs assign offsets 0..n-1, as the split
 				// records had for their partitions; one stage at a time per
-				// partition writes in offset order.
+				// partition writes in offset order (one key at a time under
+				// key-parallel processing).
 				inputs := make([][]chain.Record, len(parts))
 				for p := range parts {
 					inputs[p] = tt.Log(int32(p)).Records()
 				}
-				r := reference.Check(inputs, cfg, reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("dlq")),
-					reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+				order := reference.StageOrder
+				if tc.keyParallel > 1 {
+					order = reference.KeyOrder
+				}
+				outputs := append(reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("alerts"))...)
+				r := reference.Check(inputs, cfg, outputs, reference.FromMessages(tt.Outputs("dlq")),
+					reference.Options{Duplicates: reference.NoDuplicates, Order: order})
 				require.True(t, r.OK(), r.Summary())
 				require.Greater(t, r.Outputs().Matched, 1000, "the workload must produce outputs")
 				require.Positive(t, r.DeadLetters.Matched)
+				if tc.velocity {
+					require.Greater(t, r.Alerts.Matched, 20, "the workload must raise alerts")
+					require.Len(t, tt.Outputs("alerts"), r.Alerts.Matched, "alerts go to their topic")
+				}
 			})
 		})
 	}
