@@ -20,12 +20,19 @@ type engineSettings struct {
 	commitInterval time.Duration
 	shutdown       time.Duration
 	output, dlq    string
+	// alerts is the velocity stage's topic ("" = output), when
+	// rules.Velocity is enabled.
+	alerts string
 }
 
-// newAttributionChain builds the click -> install -> purchase chain with the
-// store, the producer, the shared metrics registry and the logger.
+// newAttributionChain builds the click -> install -> purchase chain (with
+// the velocity stage when s.rules.Velocity is enabled) with the store, the
+// producer, the shared metrics registry and the logger.
 func newAttributionChain(s engineSettings, st chain.Store, prod chain.Producer, reg metrics.Registry, log *slog.Logger, h hooks) (*chain.Chain, error) {
-	stages := attribution.Chain(s.rules)
+	stages := attribution.Chain(s.rules, attribution.AlertsTopic(s.alerts))
+	if vp := attribution.VelocityOf(stages); vp != nil && reg != nil {
+		vp.RegisterMetrics(reg) // for the process's lifetime, like the registry
+	}
 	for i := range stages {
 		stages[i].KeyConcurrency = s.keyConcurrency
 	}

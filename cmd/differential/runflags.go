@@ -38,6 +38,7 @@ type runOptions struct {
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	velocity       velocityOptions
 
 	version sarama.KafkaVersion // parsed kafkaVersion
 }
@@ -63,7 +64,10 @@ const runSynopsis = `Runs the click -> install -> purchase attribution chain (DE
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
 commit, exit 0). Every flag can also be set in a YAML file given with
---config, keyed by the flag's name; flags on the command line win.`
+--config, keyed by the flag's name; flags on the command line win.
+With --velocity-window, a velocity stage between click and install counts
+each user's clicks over that trailing window and writes a click_velocity
+alert to --alerts when the count first exceeds --velocity-threshold.`
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
@@ -91,6 +95,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
 	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+	o.velocity.register(fs)
 }
 
 // parseRunOptions reads flags, then the configuration file for what the
@@ -107,6 +112,7 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 			return o, err
 		}
 	}
+	o.velocity.noteSet(fs)
 	return o, o.validate()
 }
 
@@ -131,6 +137,8 @@ func (o *runOptions) validate() error {
 		return usagef("--state-dir is required")
 	case o.output == o.topic || o.dlq == o.topic:
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
+	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
+		return usagef("--alerts must differ from the input --topic %q and the --dlq %q", o.topic, o.dlq)
 	case o.lookback <= 0:
 		return usagef("--lookback must be > 0, got %s", o.lookback)
 	case o.lateness < 0:
@@ -158,6 +166,9 @@ func (o *runOptions) validate() error {
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
 	}
+	if err := o.velocity.validate(); err != nil {
+		return err
+	}
 	v, err := parseKafkaVersion(o.kafkaVersion)
 	if err != nil {
 		return err
@@ -178,6 +189,7 @@ func (o *runOptions) attribution() attribution.Config {
 		a.DedupHorizon = o.lookback
 	}
 	a.MaxClockSkew, a.MaxRecordBytes = o.maxClockSkew, o.maxRecordBytes
+	a.Velocity = o.velocity.config()
 	return a
 }
 
