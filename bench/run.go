@@ -102,6 +102,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		kinds = append(kinds, kindMicroBatchKey)
 	}
 	runs := map[kind][]*DesignResult{}
+	vel, velResult := h.velocitySpec(pt, input, recs)
 	for range h.o.Repeats {
 		for _, k := range kinds {
 			r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: input, exp: exp})
@@ -110,9 +111,21 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 			}
 			runs[k] = append(runs[k], r)
 		}
+		if vel != nil {
+			r, err := h.measure(ctx, *vel)
+			if err != nil {
+				return wr, err
+			}
+			runs[kindVelocity] = append(runs[kindVelocity], r)
+		}
 	}
 	wr.Chain, wr.MicroBatch = median(runs[kindChain]), median(runs[kindMicroBatch])
 	wr.MicroBatchKey = median(runs[kindMicroBatchKey])
+	if velResult != nil {
+		velResult.Chain = median(runs[kindVelocity])
+		velResult.finish(wr.Chain, len(recs))
+		wr.Velocity = velResult
+	}
 	if pt.ceiling {
 		if err := h.ceilings(ctx, pt, wr); err != nil {
 			return wr, err
@@ -235,6 +248,8 @@ type runSpec struct {
 	// latency is measured for the outputs of exp.recs[warm:warm+measured].
 	paceRate       float64
 	warm, measured int
+	// cfg, when set, replaces the harness's rules (the velocity runs).
+	cfg *attribution.Config
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -532,15 +547,19 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	}
 	lim := newLimiter(W)
 	d.lim = lim
-	stages := attribution.Chain(h.cfg)
+	cfg := h.cfg
+	if s.cfg != nil {
+		cfg = *s.cfg
+	}
+	stages := attribution.Chain(cfg)
 	for i := range stages {
 		stages[i].Processor = withCost(stages[i].Processor, lim)
 		stages[i].KeyConcurrency = W
 	}
-	dec := countingDecoder{attribution.Decoder(h.cfg), d.prog}
+	dec := countingDecoder{attribution.Decoder(cfg), d.prog}
 
 	switch s.kind {
-	case kindChain, kindPolling:
+	case kindChain, kindPolling, kindVelocity:
 		buf := o.BufferSize
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
