@@ -1,9 +1,12 @@
 package main
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/processors/attribution"
@@ -79,4 +82,33 @@ func TestRunReportsMissingAlertsTopic(t *testing.T) {
 	code, _, errs := runCLI(t, hooks{}, args...)
 	require.Equal(t, exitFatal, code, errs)
 	require.Contains(t, errs, `topic "no-such-alerts-`+tp.group+`" (--alerts) does not exist`)
+}
+
+// TestVelocityMetrics: with the velocity stage, /metrics serves its alert
+// count and its counter's records counted, keys tracked and state size.
+func TestVelocityMetrics(t *testing.T) {
+	tp := newTopics(t, 2)
+	tp.produce(t, 2000, 3)
+	_, ends := tp.input(t)
+	addrs := make(chan string, 1)
+	w := newWatcher()
+	p := startCLI(t, hooks{chainOptions: w.member().options(), metricsListening: func(a string) { addrs <- a }},
+		tp.runArgs("--metrics-addr", "127.0.0.1:0", "--velocity-window", "1d", "--velocity-threshold", "2")...)
+	base := "http://" + recv(t, addrs, "the metrics server")
+	recv(t, w.reach(ends), "the group to commit every partition's end")
+	status, body := get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	value := func(name string) float64 {
+		f, ok := fams[name]
+		require.True(t, ok, "series %s in:\n%s", name, body)
+		return f.GetMetric()[0].GetGauge().GetValue()
+	}
+	require.Positive(t, value("differential_velocity_alerts"))
+	require.Positive(t, value("differential_window_velocity_counted"))
+	require.Positive(t, value("differential_window_velocity_keys"))
+	require.Positive(t, value("differential_window_velocity_state_bytes"))
+	require.Contains(t, body, `stage="velocity"`)
+	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
