@@ -1,79 +1,106 @@
 package attribution_test
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/differential-dev/differential/chain"
-	"github.com/differential-dev/differential/chain/chaintest"
+	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/store"
 )
 
-// BenchmarkVelocityStageCost runs workload B's input (the shape of
-// `differential bench`'s B: 50,000 records, 8 partitions, Zipf users over
-// 10,000 keys, half of the journeys on 2 hot partitions, no simulated cost)
-// through the attribution chain with no Kafka (chaintest, Pebble state on
-// disk), once without and once with the velocity stage (window 1h, the
-// defaults) per iteration, alternating so that both see the same machine
-// load, and reports each one's CPU time (the process's, all goroutines) and
-// wall time per record and the differences: the velocity stage's cost per
-// input record in the engine. CPU time is the figure to read on a shared
-// machine.
-func BenchmarkVelocityStageCost(b *testing.B) {
+// BenchmarkStageProcessors measures what one stage's processor costs per
+// record it handles, on workload B's input (the shape of `differential
+// bench`'s B: 50,000 records, 8 partitions, Zipf users over 10,000 keys,
+// half of the journeys on 2 hot partitions): Sequence and Process of every
+// valid record the stage accepts, in offset order, through the in-memory
+// store with a checkpoint (persist + evict) every 1,024 records — the
+// processor and state cost without the engine's or Kafka's. The click and
+// velocity stages handle the same records (the clicks), so their costs per
+// click compare directly; per record divides by every input record. The
+// cost is the process's CPU time (getrusage), which a machine shared with
+// other work inflates less than wall time.
+func BenchmarkStageProcessors(b *testing.B) {
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users = 50_000, 8, 10_000
 	wc.ZipfS, wc.HotPartitions, wc.HotFrac = 1.1, 2, 0.5
 	wc.MaxRecordBytes = 16 << 10
 	split := workload.Split(workload.Generate(wc), wc.Partitions)
-	plain := attribution.DefaultConfig()
-	plain.MaxRecordBytes = wc.MaxRecordBytes
-	vel := plain
-	vel.Velocity = attribution.DefaultVelocity(time.Hour)
-	parts := make([]int32, wc.Partitions)
-	for p := range parts {
-		parts[p] = int32(p)
+	cfg := attribution.DefaultConfig()
+	cfg.MaxRecordBytes = wc.MaxRecordBytes
+	cfg.Velocity = attribution.DefaultVelocity(time.Hour)
+	stages := attribution.Chain(cfg)
+	dec := attribution.Decoder(cfg)
+	names := make([]string, len(stages))
+	for i, s := range stages {
+		names[i] = s.Name
 	}
-	run := func(cfg attribution.Config) (wall, cpu time.Duration) {
-		db, err := store.OpenPebble(b.TempDir())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
-		tt := chaintest.New(b, attribution.Chain(cfg), attribution.Decoder(cfg),
-			chain.WithStore(db), chain.WithIdleTimeout(time.Millisecond))
-		tt.DiscardOutputs()
-		for p := range split {
-			tt.Append(int32(p), split[p]...)
-		}
-		start, cpu0 := time.Now(), cpuTime()
-		tt.Start(parts...)
-		tt.WaitIdle()
-		wall, cpu = time.Since(start), cpuTime()-cpu0
-		if err := tt.Stop(); err != nil {
-			b.Fatal(err)
-		}
-		if tt.OutputCount("output") == 0 {
-			b.Fatal("no outputs")
-		}
-		return wall, cpu
+	type rec struct {
+		ev chain.Event
+		s  time.Time
 	}
-	var wPlain, wVel, cPlain, cVel time.Duration
-	for range b.N {
-		w, c := run(plain)
-		wPlain, cPlain = wPlain+w, cPlain+c
-		w, c = run(vel)
-		wVel, cVel = wVel+w, cVel+c
+	parts := make([][]rec, len(split))
+	for p, recs := range split {
+		var s time.Time
+		for i := range recs {
+			d, err := dec.Decode(&recs[i])
+			parts[p] = append(parts[p], rec{chain.Event{Record: recs[i], Decoded: d, Err: err}, s})
+			if err == nil && d.Time.After(s) {
+				s = d.Time
+			}
+		}
 	}
-	n := float64(b.N * wc.Records)
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / n }
-	b.ReportMetric(per(cPlain), "plain-cpu-ns/record")
-	b.ReportMetric(per(cVel), "velocity-cpu-ns/record")
-	b.ReportMetric(per(cVel-cPlain), "added-cpu-ns/record")
-	b.ReportMetric(per(wPlain), "plain-wall-ns/record")
-	b.ReportMetric(per(wVel-wPlain), "added-wall-ns/record")
+	for k, st := range stages {
+		if st.Name != attribution.StageClick && st.Name != attribution.StageVelocity {
+			continue
+		}
+		b.Run(st.Name, func(b *testing.B) {
+			handled := 0
+			cpu0 := cpuTime()
+			for b.Loop() {
+				mem := store.NewMemory()
+				handled = 0
+				for p, recs := range parts {
+					ps, err := mem.OpenPartition("events", int32(p), names)
+					if err != nil {
+						b.Fatal(err)
+					}
+					cps := make([]commit.Checkpoint, len(names))
+					for i, r := range recs {
+						if r.ev.Err == nil && st.Filter(&r.ev) {
+							handled++
+							pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: int32(p), Stage: st.Name,
+								Offset: r.ev.Offset, StreamTime: r.s, EvictionWatermark: r.s, State: ps.Stage(k)})
+							skip, err := st.Processor.(chain.Sequencer).Sequence(pc, &r.ev)
+							if err == nil && !skip {
+								err = st.Processor.Process(context.Background(), pc, &r.ev)
+							}
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+						if i%1024 == 1023 || i == len(recs)-1 {
+							for j := range cps {
+								cps[j] = commit.Checkpoint{Stage: names[j], Next: r.ev.Offset + 1, Watermark: r.s.UnixNano()}
+							}
+							if err := ps.Checkpoint(cps, r.s.Add(-1)); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					_ = ps.Close()
+				}
+				_ = mem.Close()
+			}
+			per := float64((cpuTime() - cpu0).Nanoseconds()) / float64(b.N)
+			b.ReportMetric(per/float64(handled), "cpu-ns/click")
+			b.ReportMetric(per/float64(wc.Records), "cpu-ns/record")
+		})
+	}
 }
 
 // cpuTime is the process's user + system CPU time.
