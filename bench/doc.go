@@ -10,14 +10,15 @@
 // For every measured point (a workload at a partition count P and worker
 // cap W) Run generates the input with internal/workload (seeded; the
 // generator's parameters are printed with every result), writes it to a
-// fresh topic — each record at its workload partition and offset, with its
+// fresh topic (workload.Writer, on internal/cluster's broker) — each record
+// at its workload partition and offset, with its
 // workload timestamp (the decoder's clock-skew rule reads it) and its cost
 // in the header CostHeader ("bench-cost-us") — and runs, one after another
 // (alternating chain, micro-batch, chain, … with Repeats > 1; the median
 // run by throughput is reported):
 //
-//   - chain: attribution.Chain through kafka.Run (its own sarama clients),
-//     every stage with KeyConcurrency = W, the store (Pebble in a fresh
+//   - chain: attribution.NewChainWith through kafka.Run (its own sarama
+//     clients), every stage with KeyConcurrency = W, the store (Pebble in a fresh
 //     directory, or memory), kafka.NewProducer, output and dead-letter
 //     topics of its own, a fresh consumer group;
 //   - microbatch: the baseline (see microBatch): a sarama consumer group

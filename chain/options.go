@@ -15,12 +15,24 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// The defaults of the options that callers most often restate (CLI flags,
+// benchmark settings).
+const (
+	DefaultIdleTimeout     = time.Second      // WithIdleTimeout
+	DefaultBufferSize      = 8192             // WithBufferSize
+	DefaultBatchSize       = 256              // WithBatchSize, at most the buffer size
+	DefaultInFlight        = 1024             // WithInFlight; also bounds Stage.KeyConcurrency
+	DefaultCommitInterval  = time.Second      // WithCommitInterval
+	DefaultShutdownTimeout = 30 * time.Second // WithShutdownTimeout
+)
+
 type config struct {
 	offsetDistance  int64
 	lateness        time.Duration
 	idleTimeout     time.Duration
 	bufferSize      int
 	batchSize       int
+	batchSizeSet    bool // WithBatchSize was given; else batchSize follows the buffer size
 	inFlight        int
 	commitInterval  time.Duration
 	shutdownTimeout time.Duration
@@ -41,12 +53,12 @@ func defaultConfig() config {
 	return config{
 		offsetDistance:  0,
 		lateness:        0,
-		idleTimeout:     time.Second,
-		bufferSize:      8192,
-		batchSize:       256,
-		inFlight:        1024,
-		commitInterval:  time.Second,
-		shutdownTimeout: 30 * time.Second,
+		idleTimeout:     DefaultIdleTimeout,
+		bufferSize:      DefaultBufferSize,
+		batchSize:       DefaultBatchSize,
+		inFlight:        DefaultInFlight,
+		commitInterval:  DefaultCommitInterval,
+		shutdownTimeout: DefaultShutdownTimeout,
 		maxRetries:      5,
 		retryBackoff:    10 * time.Millisecond,
 		maxRetryBackoff: time.Second,
@@ -56,6 +68,9 @@ func defaultConfig() config {
 }
 
 func (c *config) validate() error {
+	if !c.batchSizeSet {
+		c.batchSize = min(DefaultBatchSize, c.bufferSize)
+	}
 	switch {
 	case c.offsetDistance < 0:
 		return fmt.Errorf("chain: offset distance must be >= 0, got %d", c.offsetDistance)
@@ -117,9 +132,10 @@ func WithBufferSize(n int) Option {
 }
 
 // WithBatchSize sets how many records a stage takes from the buffer (or its
-// poller) at once. Default 256.
+// poller) at once; at most the buffer size. Default 256, or the buffer size
+// if that is smaller.
 func WithBatchSize(n int) Option {
-	return optionFunc(func(c *config) { c.batchSize = n })
+	return optionFunc(func(c *config) { c.batchSize, c.batchSizeSet = n, true })
 }
 
 // WithInFlight sets the per-stage window of records begun but not completed

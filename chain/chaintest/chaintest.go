@@ -4,6 +4,10 @@
 // deterministic, no sleeps. It is for the engine's own tests and for users
 // testing their processors inside a real chain (the goka tester idea).
 //
+// New takes a chain's stages and decoder; NewWith takes a constructor
+// instead (a library's own, e.g. attribution.NewChain), so a test runs the
+// chain exactly as the library wires it.
+//
 // A Tester keeps its logs, commits and store across Stop/Start, so a test can
 // stop a chain (cleanly, or abruptly with Crash) and start it again to check
 // what a restart resumes from.
@@ -23,11 +27,10 @@ import (
 
 // Tester drives one chain over in-memory partitions of one topic.
 type Tester struct {
-	tb     testing.TB
-	topic  string
-	stages []chain.Stage
-	dec    chain.Decoder
-	opts   []chain.Option
+	tb    testing.TB
+	topic string
+	build func(opts ...chain.Option) (*chain.Chain, error)
+	opts  []chain.Option
 
 	changed signal
 
@@ -77,7 +80,15 @@ const Topic = "input"
 // chain.New after the tester's own (producer, observer), so a test may
 // override them. Without a chain.WithStore option the chain has no store.
 func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
-	t := &Tester{tb: tb, topic: Topic, stages: stages, dec: dec, opts: opts}
+	return NewWith(tb, func(opts ...chain.Option) (*chain.Chain, error) { return chain.New(stages, dec, opts...) }, opts...)
+}
+
+// NewWith builds a tester whose chain is made by build (e.g. a library's
+// own constructor, such as attribution.NewChain bound to its
+// configuration), which is given the tester's options followed by opts at
+// every Start.
+func NewWith(tb testing.TB, build func(opts ...chain.Option) (*chain.Chain, error), opts ...chain.Option) *Tester {
+	t := &Tester{tb: tb, topic: Topic, build: build, opts: opts}
 	t.mu.logs = map[int32]*Log{}
 	t.mu.commits = map[int32][]Commit{}
 	tb.Cleanup(func() { t.Stop() })
@@ -148,7 +159,7 @@ func (t *Tester) Start(partitions ...int32) {
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
 	}, t.opts...)
-	ch, err := chain.New(t.stages, t.dec, opts...)
+	ch, err := t.build(opts...)
 	if err != nil {
 		t.tb.Fatalf("chaintest: %v", err)
 	}

@@ -63,8 +63,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
-	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log `level` (info shows every rebalance, commit error and dead letter)")
+	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
 	o.velocity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -135,13 +134,15 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 	rules.MaxRecordBytes = o.maxRecordBytes
 	rules.Velocity = o.velocity.config()
 	sc := baseSarama(sarama.V3_0_0_0, o.maxRecordBytes)
-	pr := &producer{brokers: brokers, sc: sc, topic: demoInput, exact: true, progress: produceProgress(w, len(res.recs))}
-	out, err := pr.run(ctx, res.recs)
+	// The topic is fresh: every record lands at its planned offset, so the
+	// input partitions are workload.Split of the records.
+	out, err := workload.Write(ctx, workload.WriterConfig{Brokers: brokers, Sarama: sc, Topic: demoInput, Exact: true,
+		Progress: produceProgress(w, len(res.recs))}, res.recs)
 	if err != nil {
 		return err
 	}
-	res.produced = out.took
-	fmt.Fprintf(w, "produced %s records in %s\n", count(out.records), out.took.Round(time.Millisecond))
+	res.produced = out.Took
+	fmt.Fprintf(w, "produced %s records in %s\n", count(out.Records), out.Took.Round(time.Millisecond))
 
 	inputs := workload.Split(res.recs, o.partitions)
 	if err := o.process(ctx, e, log, brokers, sc, rules, inputs, &res); err != nil {
@@ -189,12 +190,12 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 		return err
 	}
 	defer closeLogged(log, "producer", prod)
-	settings := engineSettings{
-		rules: rules, idleTimeout: 250 * time.Millisecond, buffer: 8192, keyConcurrency: o.keyConcurrency,
-		commitInterval: time.Second, shutdown: 30 * time.Second, output: demoOutput, dlq: demoDLQ,
-		alerts: o.alertsTopic(),
-	}
-	ch, err := newAttributionChain(settings, db, prod, reg, log, e.hooks)
+	// The chain's defaults, but a short idle release: the end of the
+	// generated log should not wait a second.
+	settings := defaultEngineSettings()
+	settings.idleTimeout, settings.keyConcurrency = 250*time.Millisecond, o.keyConcurrency
+	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
+	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
 	if err != nil {
 		return err
 	}

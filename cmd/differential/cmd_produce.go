@@ -58,13 +58,13 @@ func produceCmd(ctx context.Context, args []string, e *env) error {
 	cfg.Records, cfg.Partitions, cfg.Seed, cfg.Topic, cfg.MaxRecordBytes = o.records, parts, o.seed, o.topic, o.maxRecordBytes
 	recs := workload.Generate(cfg)
 	fmt.Fprintf(e.stderr, "generated %s records for %d partitions (seed %d): %s\n", count(len(recs)), parts, o.seed, kindSummary(recs))
-	p := &producer{brokers: o.brokers, sc: sc, topic: o.topic, progress: produceProgress(e.stderr, len(recs))}
-	res, err := p.run(ctx, recs)
+	res, err := workload.Write(ctx, workload.WriterConfig{Brokers: o.brokers, Sarama: sc, Topic: o.topic,
+		Progress: produceProgress(e.stderr, len(recs))}, recs)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "produced %d records to %s (%d partitions) in %s (%s records/s)\n",
-		res.records, o.topic, parts, res.took.Round(time.Millisecond), rate(float64(res.records)/res.took.Seconds()))
+		res.Records, o.topic, parts, res.Took.Round(time.Millisecond), rate(float64(res.Records)/res.Took.Seconds()))
 	return nil
 }
 

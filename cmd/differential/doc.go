@@ -6,11 +6,12 @@
 //	differential bench     the chain engine against the micro-batch baseline (package bench)
 //	differential version   the module and Go versions
 //
-// What it owns: wiring. It builds the attribution chain (processors/attribution)
-// with the Pebble store, the Kafka producer, one go-metrics registry shared by
-// the engine and every sarama client, and the slog logger, and hands it to
-// kafka.Run; it serves /metrics and /healthz (internal/metricshttp). It adds no
-// engine behaviour.
+// What it owns: wiring. It builds the attribution chain (attribution.NewChainWith,
+// from one engineSettings whose defaults are chain's) with the Pebble store, the
+// Kafka producer, one go-metrics registry shared by the engine and every sarama
+// client, and the slog logger, and hands it to kafka.Run; it serves /metrics and
+// /healthz (internal/metricshttp). produce and demo write with workload.Write; the
+// demo verifies with reference.Check. It adds no engine behaviour.
 //
 // Guarantees: exit 0 on success and after a clean stop (the first SIGTERM or
 // SIGINT cancels the context; kafka.Run drains every partition and makes the

@@ -43,7 +43,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	// Closed after kafka.Run returned: every output of a committed record
 	// is acknowledged by then, so Close has nothing left to flush.
 	defer closeLogged(log, "producer", prod)
-	ch, err := newAttributionChain(o.engine(), db, prod, reg, log, e.hooks)
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, e.hooks)
 	if err != nil {
 		return &usageError{err}
 	}
@@ -71,14 +71,6 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run stopped cleanly")
 	return nil
-}
-
-func (o *runOptions) engine() engineSettings {
-	return engineSettings{
-		rules: o.attribution(), offsetDistance: o.offsetDistance, idleTimeout: o.idleTimeout,
-		buffer: o.buffer, keyConcurrency: o.keyConcurrency, commitInterval: o.commitInterval,
-		shutdown: o.shutdown, output: o.output, dlq: o.dlq, alerts: o.velocity.alerts,
-	}
 }
 
 // preflight connects once and checks that the input, output and dead-letter

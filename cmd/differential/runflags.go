@@ -7,18 +7,19 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
 // runOptions are the settings of `differential run`, from flags and the
 // configuration file.
 type runOptions struct {
+	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --commit-interval, --shutdown-timeout, --output, --dlq
+
 	config         string
 	brokers        []string
 	topic          string
 	group          string
-	output         string
-	dlq            string
 	stateDir       string
 	start          string
 	kafkaVersion   string
@@ -28,12 +29,6 @@ type runOptions struct {
 	dedupHorizon   time.Duration
 	maxClockSkew   time.Duration
 	maxRecordBytes int
-	offsetDistance int64
-	idleTimeout    time.Duration
-	buffer         int
-	keyConcurrency int
-	commitInterval time.Duration
-	shutdown       time.Duration
 	metricsAddr    string
 	stallTimeout   time.Duration
 	logFormat      string
@@ -45,18 +40,18 @@ type runOptions struct {
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
 // stage's key concurrency.
-const maxKeyConcurrency = 1024
+const maxKeyConcurrency = chain.DefaultInFlight
 
 func defaultRunOptions() runOptions {
 	a := attribution.DefaultConfig()
 	return runOptions{
-		topic: "events", group: "differential-attribution", output: "attributions", dlq: "events-dlq",
+		engineSettings: defaultEngineSettings(),
+
+		topic: "events", group: "differential-attribution",
 		stateDir: "differential-state", start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
-		idleTimeout: time.Second, buffer: 8192, keyConcurrency: 1,
-		commitInterval: time.Second, shutdown: 30 * time.Second, stallTimeout: time.Minute,
-		logFormat: "text", logLevel: "info",
+		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
 	}
 }
 
@@ -93,8 +88,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
-	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 	o.velocity.register(fs)
 }
 
@@ -113,6 +107,7 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 		}
 	}
 	o.velocity.noteSet(fs)
+	o.alerts = o.velocity.alerts
 	return o, o.validate()
 }
 

@@ -25,14 +25,14 @@ func TestVelocityFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, attribution.VelocityConfig{Window: time.Hour, Bucket: time.Minute, Lateness: time.Hour, Threshold: 20},
 		o.attribution().Velocity)
-	require.Equal(t, "", o.engine().alerts, "alerts to the output topic")
+	require.Equal(t, "", o.engineSettings.alerts, "alerts to the output topic")
 
 	path := writeConfig(t, "brokers: [k1:9092]\nvelocity-window: 2h\nvelocity-threshold: 50\nvelocity-bucket: 5m\nvelocity-lateness: 0s\nalerts: spam-alerts\n")
 	o, err = parseRunOptions([]string{"--config", path, "--velocity-threshold", "30"}, &env{})
 	require.NoError(t, err)
 	require.Equal(t, attribution.VelocityConfig{Window: 2 * time.Hour, Bucket: 5 * time.Minute, Lateness: 0, Threshold: 30},
 		o.attribution().Velocity, "file keys, the flag wins, an explicit zero lateness")
-	require.Equal(t, "spam-alerts", o.engine().alerts)
+	require.Equal(t, "spam-alerts", o.engineSettings.alerts)
 
 	for _, tc := range []struct {
 		args []string

@@ -3,6 +3,9 @@
 // (Chain) whose processors match installs to clicks and purchases to
 // installs within one partition; and, with Config.Velocity, a fourth stage
 // between click and install that alerts on click spam (VelocityProcessor).
+// NewChain (NewChainWith for key concurrency, wrapped stages and the alerts
+// topic) builds the *chain.Chain wired the way the rules need: the follower
+// gate's lateness is Config.Lateness.
 //
 // # Rules (DESIGN §5, record for record)
 //

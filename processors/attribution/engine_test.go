@@ -32,8 +32,7 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		lateness time.Duration
 		distance int64
 		buffer   int
-		// slowLeaders makes the click and install stages take 1ms (fake
-		// time) per record, so their followers run right behind the gate.
+		// slowLeaders: see the function.
 		slowLeaders bool
 		velocity    bool
 		keyParallel int
@@ -53,83 +52,119 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				wc := workload.DefaultConfig()
-				wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 11
-				wc.Span = 4 * 24 * time.Hour
-				wc.MaxRecordBytes = 4096
-				recs := workload.Generate(wc)
 				cfg := attribution.DefaultConfig()
 				cfg.Lateness = tc.lateness
-				cfg.MaxRecordBytes = wc.MaxRecordBytes
 				if tc.velocity {
 					cfg.Velocity = attribution.DefaultVelocity(time.Hour)
 					cfg.Velocity.Threshold = 2
 				}
-				st := store.NewMemory()
-				stages := attribution.Chain(cfg, attribution.AlertsTopic("alerts"))
-				for i := range stages {
-					stages[i].KeyConcurrency = tc.keyParallel
-					if tc.slowLeaders && i < len(stages)-1 {
-						stages[i].Processor = slow{stages[i].Processor}
-					}
+				w := attribution.Wiring{KeyConcurrency: tc.keyParallel, AlertsTopic: "alerts"}
+				if tc.slowLeaders {
+					w.Stages = slowLeaders
 				}
-				tt := chaintest.New(t, stages, attribution.Decoder(cfg),
-					chain.WithStore(st), chain.WithLateness(tc.lateness), chain.WithOffsetDistance(tc.distance),
+				r := runAgainstModelWith(t, cfg, w, tc.restarts, chain.WithOffsetDistance(tc.distance),
 					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)))
-				parts := workload.Split(recs, wc.Partitions)
-				all := []int32{0, 1, 2}
-				if tc.restarts {
-					feedThird := func(k int) {
-						for p, recs := range parts {
-							n := len(recs)
-							tt.Append(int32(p), recs[k*n/3:(k+1)*n/3]...)
-						}
-					}
-					feedThird(0)
-					tt.Start(all...)
-					tt.WaitIdle()
-					require.NoError(t, tt.Stop())
-					tt.SetAckMode(chaintest.AckHold)
-					tt.Start(all...)
-					feedThird(1)
-					synctest.Wait() // every stage waits for acknowledgements
-					require.ErrorIs(t, tt.Stop(), chain.ErrShutdownTimeout)
-					tt.SetAckMode(chaintest.AckImmediately)
-					feedThird(2)
-				} else {
-					for p := range parts {
-						tt.Append(int32(p), parts[p]...)
-					}
-				}
-				tt.Start(all...)
-				tt.WaitIdle()
-				require.NoError(t, tt.Stop())
-
-				// The tester's logs assign offsets 0..n-1, as the split
-				// records had for their partitions; one stage at a time per
-				// partition writes in offset order (one key at a time under
-				// key-parallel processing).
-				inputs := make([][]chain.Record, len(parts))
-				for p := range parts {
-					inputs[p] = tt.Log(int32(p)).Records()
-				}
-				order := reference.StageOrder
-				if tc.keyParallel > 1 {
-					order = reference.KeyOrder
-				}
-				outputs := append(reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("alerts"))...)
-				r := reference.Check(inputs, cfg, outputs, reference.FromMessages(tt.Outputs("dlq")),
-					reference.Options{Duplicates: reference.NoDuplicates, Order: order})
 				require.True(t, r.OK(), r.Summary())
-				require.Greater(t, r.Outputs().Matched, 1000, "the workload must produce outputs")
-				require.Positive(t, r.DeadLetters.Matched)
 				if tc.velocity {
 					require.Greater(t, r.Alerts.Matched, 20, "the workload must raise alerts")
-					require.Len(t, tt.Outputs("alerts"), r.Alerts.Matched, "alerts go to their topic")
 				}
 			})
 		})
 	}
+}
+
+// runAgainstModel runs attribution.NewChainWith(cfg, w, opts...) through
+// the real engine (chaintest, the in-memory store) on a generated workload
+// (6,000 records, 3 partitions, cfg.MaxRecordBytes set to its limit) and
+// checks what it wrote against the reference model: every output, alert
+// (w.AlertsTopic, when it is not the output topic) and dead letter once,
+// each stage's in input offset order (one stage at a time per partition;
+// one key's under w.KeyConcurrency > 1). It must run inside a synctest
+// bubble.
+func runAgainstModel(t *testing.T, cfg attribution.Config, w attribution.Wiring, opts ...chain.Option) *reference.Report {
+	t.Helper()
+	return runAgainstModelWith(t, cfg, w, false, opts...)
+}
+
+// runAgainstModelWith is runAgainstModel, with restarts: the chain stops
+// cleanly after a third of the input, and is abandoned during the second
+// third (its outputs never acknowledged: nothing of it is committed and its
+// pending state is dropped, as after a crash) before it runs to the end.
+func runAgainstModelWith(t *testing.T, cfg attribution.Config, w attribution.Wiring, restarts bool, opts ...chain.Option) *reference.Report {
+	t.Helper()
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 11
+	wc.Span = 4 * 24 * time.Hour
+	wc.MaxRecordBytes = 4096
+	cfg.MaxRecordBytes = wc.MaxRecordBytes
+	recs := workload.Generate(wc)
+	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
+		append([]chain.Option{chain.WithStore(store.NewMemory())}, opts...)...)
+	parts := workload.Split(recs, wc.Partitions)
+	all := []int32{0, 1, 2}
+	if restarts {
+		feedThird := func(k int) {
+			for p, recs := range parts {
+				n := len(recs)
+				tt.Append(int32(p), recs[k*n/3:(k+1)*n/3]...)
+			}
+		}
+		feedThird(0)
+		tt.Start(all...)
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		tt.SetAckMode(chaintest.AckHold)
+		tt.Start(all...)
+		feedThird(1)
+		synctest.Wait() // every stage waits for acknowledgements
+		require.ErrorIs(t, tt.Stop(), chain.ErrShutdownTimeout)
+		tt.SetAckMode(chaintest.AckImmediately)
+		feedThird(2)
+	} else {
+		for p := range parts {
+			tt.Append(int32(p), parts[p]...)
+		}
+	}
+	tt.Start(all...)
+	tt.WaitIdle()
+	require.NoError(t, tt.Stop())
+
+	// The tester's logs assign offsets 0..n-1, as the split records had
+	// for their partitions.
+	inputs := make([][]chain.Record, len(parts))
+	for p := range parts {
+		inputs[p] = tt.Log(int32(p)).Records()
+	}
+	outputs := reference.FromMessages(tt.Outputs("output"))
+	if w.AlertsTopic != "" && w.AlertsTopic != "output" {
+		alerts := tt.Outputs(w.AlertsTopic)
+		outputs = append(outputs, reference.FromMessages(alerts)...)
+		if !cfg.Velocity.Enabled() {
+			require.Empty(t, alerts)
+		}
+	}
+	order := reference.StageOrder
+	if w.KeyConcurrency > 1 {
+		order = reference.KeyOrder
+	}
+	r := reference.Check(inputs, cfg, outputs, reference.FromMessages(tt.Outputs("dlq")),
+		reference.Options{Duplicates: reference.NoDuplicates, Order: order})
+	require.Greater(t, r.Outputs().Want, 1000, "the workload must produce outputs")
+	require.Positive(t, r.DeadLetters.Want)
+	if cfg.Velocity.Enabled() && w.AlertsTopic != "" {
+		require.Len(t, tt.Outputs(w.AlertsTopic), r.Alerts.Distinct(), "the alerts, and only they, go to their topic")
+	}
+	return r
+}
+
+// slowLeaders makes every stage but the last (click and install, and
+// velocity when it runs) take 1ms (fake time) per record, so their
+// followers run right behind the gate.
+func slowLeaders(stages []chain.Stage) []chain.Stage {
+	for i := range len(stages) - 1 {
+		stages[i].Processor = slow{stages[i].Processor}
+	}
+	return stages
 }
 
 // slow delays Process by 1ms of (fake) time; Sequence passes through.
