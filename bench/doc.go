@@ -21,7 +21,7 @@
 //     clients), every stage with KeyConcurrency = W, the store (Pebble in a fresh
 //     directory, or memory), kafka.NewProducer, output and dead-letter
 //     topics of its own, a fresh consumer group;
-//   - microbatch: the baseline (see microBatch): a sarama consumer group
+//   - microbatch: the baseline (package bench/microbatch): a sarama consumer group
 //     with its own client polls up to BatchSize records (or until
 //     BatchLinger after the first), round-robin across partitions; then for
 //     each stage in chain order a pool of W workers processes the batch's
@@ -29,8 +29,9 @@
 //     before Process with StreamTime computed over valid records as the
 //     engine does; it waits for the outputs' acknowledgements, persists
 //     every partition's state with PartitionStore.Checkpoint and commits.
-//     Same processors, decoder, store type, producer, dead-letter format
-//     (chain.HeaderDLQ*) and retry policy. To produce the reference model's
+//     Same processors, decoder, store type, producer, dead letters
+//     (chain.DeadLetter), retry policy (chain.RetryPolicy) and eviction rule
+//     (chain.EvictBefore). To produce the reference model's
 //     outputs it applies the engine's event-time gate at batch boundaries
 //     (records a follower stage would process before its leader's watermark
 //     passes them wait for the next batch; IdleTimeout releases them), which

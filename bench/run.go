@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/differential-dev/differential/bench/microbatch"
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
@@ -668,16 +669,16 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.run = h.chainRun(ch, s.topic, group, func(int) { ready(1) })
 		d.note = func() string { return chainNote(ch.Stats()) }
 	case kindMicroBatch, kindMicroBatchKey:
-		mb := &microBatch{
-			addrs: c.Addrs(), sarama: base, topic: s.topic, group: group,
-			stages: costs(attribution.Chain(h.cfg)), dec: counting(attribution.Decoder(h.cfg)), store: st, prod: ap, out: d.out, dlq: d.dlq,
-			lateness: h.cfg.Lateness, idle: o.IdleTimeout, size: o.BatchSize, linger: o.BatchLinger,
-			workers: W, keyOrder: s.kind == kindMicroBatchKey, prog: d.prog, log: o.Logger, ready: ready,
-			maxRetries: 5, backoff: 10 * time.Millisecond, maxBackoff: time.Second,
-		}
-		d.run = mb.run
+		mb := microbatch.New(microbatch.Config{
+			Brokers: c.Addrs(), Sarama: base, Topic: s.topic, Group: group,
+			Stages: costs(attribution.Chain(h.cfg)), Decoder: counting(attribution.Decoder(h.cfg)), Store: st, Producer: ap, OutputTopic: d.out, DLQTopic: d.dlq,
+			Lateness: h.cfg.Lateness, IdleTimeout: o.IdleTimeout, BatchSize: o.BatchSize, BatchLinger: o.BatchLinger,
+			Workers: W, KeyOrder: s.kind == kindMicroBatchKey, Progress: d.prog.advance, Logger: o.Logger, Ready: ready,
+			Retry: chain.RetryPolicy{MaxRetries: 5, Backoff: 10 * time.Millisecond, MaxBackoff: time.Second},
+		})
+		d.run = mb.Run
 		d.note = func() string {
-			return fmt.Sprintf("%d batches, %d idle releases", mb.batches.Load(), mb.release.Load())
+			return fmt.Sprintf("%d batches, %d idle releases", mb.Batches(), mb.IdleReleases())
 		}
 	default:
 		d.close()

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	metrics "github.com/rcrowley/go-metrics"
 )
 
 // Option configures a Chain. Each option's doc states its default.
@@ -41,12 +39,13 @@ type config struct {
 	maxRetryBackoff time.Duration
 	outputTopic     string
 	dlqTopic        string
+	maxDeadLetter   int
 	store           Store
 	producer        Producer
-	clock           Clock
 	logger          *slog.Logger
-	registry        metrics.Registry
-	observer        Observer
+	observers       []Observer
+	// observer fans out to observers; nil when there is none (New).
+	observer Observer
 }
 
 func defaultConfig() config {
@@ -62,7 +61,7 @@ func defaultConfig() config {
 		maxRetries:      5,
 		retryBackoff:    10 * time.Millisecond,
 		maxRetryBackoff: time.Second,
-		clock:           RealClock,
+		maxDeadLetter:   DefaultMaxDeadLetterBytes,
 		logger:          slog.New(slog.DiscardHandler),
 	}
 }
@@ -94,8 +93,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: max retries must be >= 0, got %d", c.maxRetries)
 	case c.retryBackoff <= 0 || c.maxRetryBackoff < c.retryBackoff:
 		return fmt.Errorf("chain: retry backoff must be > 0 and <= its maximum, got %v and %v", c.retryBackoff, c.maxRetryBackoff)
-	case c.clock == nil:
-		return fmt.Errorf("chain: clock must not be nil")
+	case c.maxDeadLetter < MinDeadLetterBytes:
+		return fmt.Errorf("chain: max dead-letter size must be >= %d bytes, got %d", MinDeadLetterBytes, c.maxDeadLetter)
 	case c.logger == nil:
 		return fmt.Errorf("chain: logger must not be nil")
 	}
@@ -159,7 +158,9 @@ func WithShutdownTimeout(d time.Duration) Option {
 
 // WithRetry sets how often a failing record is retried (max, default 5) and
 // the exponential backoff between attempts (base default 10ms, capped at max
-// default 1s). After the last attempt the record is dead-lettered.
+// default 1s): the stages' RetryPolicy. After the last attempt the record is
+// dead-lettered. A record a stop finds waiting between two attempts is still
+// retried: begun records finish within the shutdown timeout.
 func WithRetry(max int, base, maxBackoff time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.maxRetries, c.retryBackoff, c.maxRetryBackoff = max, base, maxBackoff
@@ -178,6 +179,15 @@ func WithDLQTopic(t string) Option {
 	return optionFunc(func(c *config) { c.dlqTopic = t })
 }
 
+// WithMaxDeadLetterBytes bounds a dead letter's key, value and headers
+// together: a larger record is dead-lettered with its value cut to fit and
+// headers giving the original size and SHA-256 (DeadLetter). Set it to what
+// the producer and the dead-letter topic accept, minus the record overhead.
+// Default DefaultMaxDeadLetterBytes; at least MinDeadLetterBytes.
+func WithMaxDeadLetterBytes(n int) Option {
+	return optionFunc(func(c *config) { c.maxDeadLetter = n })
+}
+
 // WithStore sets the state store. Default nil: State() operations fail with
 // ErrNoStore and checkpoints live only in commit metadata.
 func WithStore(s Store) Option {
@@ -190,27 +200,21 @@ func WithProducer(p Producer) Option {
 	return optionFunc(func(c *config) { c.producer = p })
 }
 
-// WithClock replaces the wall clock (tests). Default RealClock.
-func WithClock(cl Clock) Option {
-	return optionFunc(func(c *config) { c.clock = cl })
-}
-
 // WithLogger sets the structured logger. Default: discard.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// WithMetrics registers per-partition, per-stage gauges in r (the registry
-// sarama reports into); they are unregistered when the partition stops.
-// Default nil: no registration (Stats still works).
-func WithMetrics(r metrics.Registry) Option {
-	return optionFunc(func(c *config) { c.registry = r })
-}
-
-// WithObserver installs hooks called on every stage completion and commit
-// (tests and invariant checkers). Default nil.
+// WithObserver adds o to the observers called on every record begun, stage
+// advance and commit (invariant checkers, testers, progress meters, the
+// metrics adapter chain/chainmetrics). It may be given several times: every
+// observer is called, in the order given. Default: none.
 func WithObserver(o Observer) Option {
-	return optionFunc(func(c *config) { c.observer = o })
+	return optionFunc(func(c *config) {
+		if o != nil {
+			c.observers = append(c.observers, o)
+		}
+	})
 }
 
 // Observer receives engine events; implementations must be fast and safe for
@@ -239,4 +243,65 @@ type BeginInfo struct {
 	LeaderWatermark time.Time
 	// Idle: the gate released it because the leader was idle.
 	Idle bool
+}
+
+// PartitionObserver is an Observer that is also told when a partition starts
+// and stops running (e.g. to register per-partition metrics, as
+// chain/chainmetrics does). PartitionStarted runs once the partition's
+// stages exist; stats returns the partition's current snapshot (as
+// Chain.Stats) and may be called until PartitionStopped, which runs when
+// RunPartition returns.
+type PartitionObserver interface {
+	Observer
+	PartitionStarted(topic string, partition int32, stats func() PartitionStats)
+	PartitionStopped(topic string, partition int32)
+}
+
+// fanout calls every observer of a chain, in order.
+type fanout []Observer
+
+// combine returns nil for no observer, the observer itself for one, and a
+// fanout for several.
+func combine(obs []Observer) Observer {
+	switch len(obs) {
+	case 0:
+		return nil
+	case 1:
+		return obs[0]
+	}
+	return fanout(obs)
+}
+
+func (f fanout) Begin(b BeginInfo) {
+	for _, o := range f {
+		o.Begin(b)
+	}
+}
+
+func (f fanout) Advanced(topic string, partition int32, stage int, next int64, wm time.Time) {
+	for _, o := range f {
+		o.Advanced(topic, partition, stage, next, wm)
+	}
+}
+
+func (f fanout) Committed(topic string, partition int32, offset int64, metadata string) {
+	for _, o := range f {
+		o.Committed(topic, partition, offset, metadata)
+	}
+}
+
+func (f fanout) PartitionStarted(topic string, partition int32, stats func() PartitionStats) {
+	for _, o := range f {
+		if po, ok := o.(PartitionObserver); ok {
+			po.PartitionStarted(topic, partition, stats)
+		}
+	}
+}
+
+func (f fanout) PartitionStopped(topic string, partition int32) {
+	for _, o := range f {
+		if po, ok := o.(PartitionObserver); ok {
+			po.PartitionStopped(topic, partition)
+		}
+	}
 }

@@ -43,6 +43,7 @@ type Tester struct {
 		held    []func(error)
 		discard bool
 		counts  map[string]int
+		maxSize int
 	}
 
 	ch      *chain.Chain
@@ -77,8 +78,10 @@ const (
 const Topic = "input"
 
 // New builds a tester for the given chain definition; opts are passed to
-// chain.New after the tester's own (producer, observer), so a test may
-// override them. Without a chain.WithStore option the chain has no store.
+// chain.New after the tester's own (producer, observer, output and
+// dead-letter topics), so a test may override the producer and topics; a
+// test's chain.WithObserver adds to the tester's observer (observers
+// compose). Without a chain.WithStore option the chain has no store.
 func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
 	return NewWith(tb, func(opts ...chain.Option) (*chain.Chain, error) { return chain.New(stages, dec, opts...) }, opts...)
 }
@@ -107,6 +110,16 @@ func (t *Tester) SetAckMode(m AckMode) {
 func (t *Tester) DiscardOutputs() {
 	t.mu.Lock()
 	t.mu.discard = true
+	t.mu.Unlock()
+}
+
+// SetMaxMessageBytes makes the fake producer refuse, as Kafka does, every
+// call with a message whose key, value and headers exceed n bytes: done gets
+// an error wrapping chain.ErrMessageTooLarge. 0 (the default) accepts any
+// size.
+func (t *Tester) SetMaxMessageBytes(n int) {
+	t.mu.Lock()
+	t.mu.maxSize = n
 	t.mu.Unlock()
 }
 
@@ -312,6 +325,15 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 	cp := make([]chain.Message, len(msgs))
 	copy(cp, msgs)
 	t.mu.Lock()
+	if limit := t.mu.maxSize; limit > 0 {
+		for i := range cp {
+			if n := messageSize(&cp[i]); n > limit {
+				t.mu.Unlock()
+				done(fmt.Errorf("chaintest: message to %s: %w: %d bytes > %d", cp[i].Topic, chain.ErrMessageTooLarge, n, limit))
+				return
+			}
+		}
+	}
 	mode := t.mu.acks
 	if mode == AckHold {
 		t.mu.held = append(t.mu.held, func(err error) {
@@ -337,6 +359,14 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 		return
 	}
 	ack()
+}
+
+func messageSize(m *chain.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 func (t *Tester) keepLocked(msgs []chain.Message) {

@@ -23,6 +23,14 @@
 // flags or a bad configuration file, with a message naming the flag or key.
 // `run` checks that its topics exist (and --alerts) before it opens the store.
 //
+// Settings: every flag of run and produce is also a DIFFERENTIAL_<FLAG>
+// environment variable and a key of the YAML --config file, with the
+// precedence flag > environment > file > default (settle); the two commands
+// may share one file. TLS and SASL (securityFlags) become a kafka.Security.
+// Secrets are never echoed: not in errors, help, logs or /metrics. A bad
+// flag prints one error line and a pointer to --help on stderr;
+// `differential help <command>` prints a command's help.
+//
 // Every command runs through cli(ctx, args, env), so tests run them
 // in-process with their own context, writers and test-only hooks (an engine
 // observer, a processor wrapper, the health clock, a way to break the demo's

@@ -7,6 +7,7 @@ import (
 	metrics "github.com/rcrowley/go-metrics"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chainmetrics"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -50,7 +51,7 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		chain.WithProducer(prod),
 		chain.WithOutputTopic(s.output),
 		chain.WithDLQTopic(s.dlq),
-		chain.WithMetrics(reg),
+		chainmetrics.Option(reg),
 		chain.WithLogger(log),
 	}
 	wire := func(stages []chain.Stage) []chain.Stage {

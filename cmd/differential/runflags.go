@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -34,8 +35,10 @@ type runOptions struct {
 	logFormat      string
 	logLevel       string
 	velocity       velocityOptions
+	sec            securityFlags
 
-	version sarama.KafkaVersion // parsed kafkaVersion
+	version  sarama.KafkaVersion // parsed kafkaVersion
+	security kafka.Security      // from sec
 }
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
@@ -55,14 +58,15 @@ func defaultRunOptions() runOptions {
 	}
 }
 
-const runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0). Every flag can also be set in a YAML file given with
---config, keyed by the flag's name; flags on the command line win.
-With --velocity-window, a velocity stage between click and install counts
-each user's clicks over that trailing window and writes a click_velocity
-alert to --alerts when the count first exceeds --velocity-threshold.`
+commit, exit 0). With --velocity-window, a velocity stage between click and
+install counts each user's clicks over that trailing window and writes a
+click_velocity alert to --alerts when the count first exceeds
+--velocity-threshold.
+
+` + envHelp("DIFFERENTIAL_STATE_DIR")
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
@@ -90,10 +94,11 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 	o.velocity.register(fs)
+	o.sec.register(fs)
 }
 
-// parseRunOptions reads flags, then the configuration file for what the
-// flags did not set, then validates the result.
+// parseRunOptions reads flags, then the environment and the configuration
+// file for what the flags did not set, then validates the result.
 func parseRunOptions(args []string, e *env) (runOptions, error) {
 	o := defaultRunOptions()
 	fs := newFlagSet("run", runSynopsis, e)
@@ -101,10 +106,8 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if o.config != "" {
-		if err := applyConfigFile(fs, o.config); err != nil {
-			return o, err
-		}
+	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+		return o, err
 	}
 	o.velocity.noteSet(fs)
 	o.alerts = o.velocity.alerts
@@ -169,6 +172,9 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	o.version = v
+	if o.security, err = o.sec.security(); err != nil {
+		return err
+	}
 	if err := o.attribution().Validate(); err != nil {
 		return &usageError{err}
 	}
