@@ -71,7 +71,7 @@ func DefaultConfig() Config {
 		Users:               5_000,
 		Topic:               "events",
 		ZipfS:               1.1,
-		Start:               time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		Start:               time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC),
 		Span:                21 * 24 * time.Hour,
 		ClicksPerInstall:    3,
 		PurchasesPerInstall: 1.5,
