@@ -84,6 +84,10 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
 		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
 		"assignor", o.assignor, "key_concurrency", o.keyConcurrency)
+	if o.velocity.window > 0 {
+		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
+			"alerts", o.velocity.alertsTopic(o.output))
+	}
 	err = kafka.Run(ctx, ch, kafka.Config{
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
@@ -110,7 +114,7 @@ func (o *runOptions) preflight(sc *sarama.Config) error {
 		return fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, o.security))
 	}
 	defer func() { _ = client.Close() }()
-	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}})
+	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}, {"alerts", o.velocity.alerts}})
 	return err
 }
 

@@ -37,6 +37,7 @@ type runOptions struct {
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	velocity       velocityOptions
 	sec            securityFlags
 
 	version  sarama.KafkaVersion // parsed kafkaVersion
@@ -64,7 +65,10 @@ func defaultRunOptions() runOptions {
 var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0).
+commit, exit 0). With --velocity-window, a velocity stage between click and
+install counts each user's clicks over that trailing window and writes a
+click_velocity alert to --alerts when the count first exceeds
+--velocity-threshold.
 
 ` + envHelp("DIFFERENTIAL_STATE_DIR")
 
@@ -96,6 +100,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
+	o.velocity.register(fs)
 	o.sec.register(fs)
 }
 
@@ -111,6 +116,8 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
 		return o, err
 	}
+	o.velocity.noteSet(fs)
+	o.alerts = o.velocity.alerts
 	return o, o.validate()
 }
 
@@ -135,8 +142,10 @@ func (o *runOptions) validate() error {
 		return usagef("--state-dir is required")
 	case o.output == o.topic || o.dlq == o.topic:
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
-	case o.changelog && (o.changelogName() == o.topic || o.changelogName() == o.output || o.changelogName() == o.dlq):
-		return usagef("--changelog-topic %q must differ from --topic, --output and --dlq", o.changelogName())
+	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
+		return usagef("--alerts must differ from the input --topic %q and the --dlq %q", o.topic, o.dlq)
+	case o.changelog && (o.changelogName() == o.topic || o.changelogName() == o.output || o.changelogName() == o.dlq || o.changelogName() == o.velocity.alerts):
+		return usagef("--changelog-topic %q must differ from --topic, --output, --dlq and --alerts", o.changelogName())
 	case o.lookback <= 0:
 		return usagef("--lookback must be > 0, got %s", o.lookback)
 	case o.lateness < 0:
@@ -163,6 +172,9 @@ func (o *runOptions) validate() error {
 		return usagef("--shutdown-timeout must be > 0, got %s", o.shutdown)
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
+	}
+	if err := o.velocity.validate(); err != nil {
+		return err
 	}
 	if o.changelog {
 		if err := checkTopic("changelog-topic", o.changelogName(), true); err != nil {
@@ -214,6 +226,7 @@ func (o *runOptions) attribution() attribution.Config {
 		a.DedupHorizon = o.lookback
 	}
 	a.MaxClockSkew, a.MaxRecordBytes = o.maxClockSkew, o.maxRecordBytes
+	a.Velocity = o.velocity.config()
 	return a
 }
 
