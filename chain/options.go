@@ -45,6 +45,7 @@ type config struct {
 	producer        Producer
 	logger          *slog.Logger
 	observers       []Observer
+	tracer          Tracer
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
 }
