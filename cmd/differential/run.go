@@ -65,6 +65,14 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "changelog", cl)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
 	}
+	tracing, stopTracing, err := o.tracing.start(ctx, o.group, log)
+	if err != nil {
+		return err
+	}
+	// Runs before the producer's Close (defers run last first): every
+	// record kafka.Run finished has ended its span by then.
+	defer stopTracing()
+	h.chainOptions = append(append([]chain.Option(nil), h.chainOptions...), tracing...)
 	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, h)
 	if err != nil {
 		return &usageError{err}
