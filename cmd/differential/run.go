@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/metricshttp"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
@@ -43,7 +44,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	// Closed after kafka.Run returned: every output of a committed record
 	// is acknowledged by then, so Close has nothing left to flush.
 	defer closeLogged(log, "producer", prod)
-	ch, err := newAttributionChain(o.engine(), db, prod, reg, log, e.hooks)
+	var out chain.Producer = prod
+	if e.hooks.wrapProducer != nil {
+		out = e.hooks.wrapProducer(prod)
+	}
+	ch, err := newAttributionChain(o.engine(), db, out, reg, log, e.hooks)
 	if err != nil {
 		return &usageError{err}
 	}
