@@ -115,7 +115,8 @@
 // # Correctness (every run, both phases)
 //
 // Each design's output and dead-letter topics are read back and compared
-// with reference.Run over each partition's log: every output is identified
+// with reference.Run over each partition's log by reference.Check (no
+// duplicates accepted, key order): every output is identified
 // by its source header; one that appears twice is a duplicate, one that is
 // absent is lost, one with other bytes is changed; every key's outputs of a
 // stage must be in offset order; the dead letters must be exactly the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
 // Exit codes.
@@ -38,7 +39,7 @@ type hooks struct {
 	now func() time.Time
 	// tamperOutputs may change what the demo read back from its output
 	// topic before verifying it (tests break the verification on purpose).
-	tamperOutputs func([]readRecord) []readRecord
+	tamperOutputs func([]reference.Written) []reference.Written
 	// wrapProducer may replace run's output producer (the chaosbreak build
 	// breaks the engine on purpose for the fault-injection suite).
 	wrapProducer func(chain.Producer) chain.Producer

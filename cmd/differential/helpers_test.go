@@ -25,6 +25,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
 const waitTimeout = 60 * time.Second
@@ -323,17 +324,25 @@ func (tp *topics) input(t *testing.T) (inputs [][]chain.Record, ends map[int32]i
 	return inputs, ends
 }
 
-// verifyOutputs compares the output and dead-letter topics with the
-// reference model over the input topic.
-func (tp *topics) verifyOutputs(t *testing.T) *verification {
+// check compares the output and dead-letter topics with the reference
+// model over the input topic.
+func (tp *topics) check(t *testing.T, o reference.Options) *reference.Report {
 	t.Helper()
 	inputs, _ := tp.input(t)
-	v := verify(inputs, testRules(), readRecords(tp.b.ReadAll(t, tp.out, false)), readRecords(tp.b.ReadAll(t, tp.dlq, false)))
-	require.True(t, v.OK(), v.Summary())
-	require.Positive(t, v.Installs)
-	require.Positive(t, v.Purchases)
-	require.Positive(t, v.DeadLettered)
-	return v
+	return reference.Check(inputs, testRules(), reference.FromKafka(tp.b.ReadAll(t, tp.out, false)),
+		reference.FromKafka(tp.b.ReadAll(t, tp.dlq, false)), o)
+}
+
+// verifyOutputs checks that the outputs and dead letters are the reference
+// model's, each once, one key's outputs of a stage in offset order.
+func (tp *topics) verifyOutputs(t *testing.T) *reference.Report {
+	t.Helper()
+	r := tp.check(t, reference.Options{Duplicates: reference.NoDuplicates, Order: reference.KeyOrder})
+	require.True(t, r.OK(), r.Summary())
+	require.Positive(t, r.Installs.Matched)
+	require.Positive(t, r.Purchases.Matched)
+	require.Positive(t, r.DeadLetters.Matched)
+	return r
 }
 
 // runToEnd runs `run` in-process until the group has committed every

@@ -34,8 +34,8 @@ func TestProduceRunStopRestart(t *testing.T) {
 
 	tp.produce(t, 4000, 8) // more input (the same event ids: duplicates across the restart)
 	tp.runToEnd(t)
-	v := tp.verifyOutputs(t)
-	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", v.Installs, v.Purchases, v.DeadLettered, v.Duplicates)
+	r := tp.verifyOutputs(t)
+	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", r.Installs.Matched, r.Purchases.Matched, r.DeadLetters.Matched, r.Skipped)
 }
 
 // TestSIGTERMToBinary sends a real SIGTERM to the built binary while it

@@ -1,14 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +104,7 @@ type env struct {
 	group, dir   string
 	cfg          attribution.Config
 	parts        [][]chain.Record
+	model        *reference.Expectation // of parts
 	total        int64
 }
 
@@ -190,86 +186,28 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 }
 
 // verify checks the outputs, dead letters, committed offsets and Pebble state
-// of a finished run against the reference model.
+// of a finished run against the reference model. Crashes re-emit: every
+// output and dead letter at least once, each repeat byte-identical.
 func (e *env) verify(t *testing.T) {
 	t.Helper()
 	b := e.b
-	// Outputs: group by (partition, offset, kind); copies must be identical.
-	outs := b.ReadAll(t, e.out, false)
-	type id struct {
-		p    int32
-		o    int64
-		kind string
-	}
-	got := map[id][]byte{}
-	dups := 0
-	for _, ms := range outs {
-		for _, m := range ms {
-			var src string
-			for _, h := range m.Headers {
-				if string(h.Key) == attribution.SourceHeader {
-					src = string(h.Value)
-				}
-			}
-			ps, os, _ := strings.Cut(src, "/")
-			p, _ := strconv.Atoi(ps)
-			o, _ := strconv.ParseInt(os, 10, 64)
-			var k struct{ Kind string }
-			require.NoError(t, json.Unmarshal(m.Value, &k))
-			key := id{int32(p), o, k.Kind}
-			if prev, ok := got[key]; ok {
-				dups++
-				require.True(t, bytes.Equal(prev, m.Value), "a repeated output differs:\n%s\n%s", prev, m.Value)
-				continue
-			}
-			got[key] = m.Value
-		}
-	}
-	t.Logf("outputs: %d distinct, %d re-emitted after crashes", len(got), dups)
-	want := map[id][]byte{}
-	invalid := map[string]bool{}
+	r := e.model.Check(reference.FromKafka(b.ReadAll(t, e.out, false)), reference.FromKafka(b.ReadAll(t, e.dlq, false)),
+		reference.Options{Duplicates: reference.IdenticalDuplicates})
+	require.True(t, r.OK(), r.Summary())
+	o := r.Outputs()
+	t.Logf("outputs: %d distinct, %d re-emitted after crashes; dead letters: %d, %d re-emitted",
+		o.Distinct(), o.IdenticalDuplicates, r.DeadLetters.Distinct(), r.DeadLetters.IdenticalDuplicates)
+	// The Pebble state equals the model's final state.
 	db, err := store.OpenPebble(e.dir)
 	require.NoError(t, err)
 	defer db.Close()
-	for p := range e.parts {
-		ref := reference.Run(e.parts[p], e.cfg)
-		for _, o := range ref.Installs {
-			want[id{int32(p), o.Offset, "install"}] = o.Value
-		}
-		for _, o := range ref.Purchases {
-			want[id{int32(p), o.Offset, "purchase"}] = o.Value
-		}
-		for _, x := range ref.Invalid {
-			invalid[fmt.Sprintf("%d/%d", p, x.Offset)] = true
-		}
+	for p, ref := range e.model.Results() {
 		entries, err := db.Entries(e.in, int32(p))
 		require.NoError(t, err)
 		snap, err := attribution.SnapshotOf(entries)
 		require.NoError(t, err)
 		require.Equal(t, ref.Final.String(), reference.Usable(snap, ref.StreamTime, e.cfg).String(), "partition %d final state", p)
 	}
-	require.Equal(t, len(want), len(got), "distinct outputs")
-	for k, v := range want {
-		require.True(t, bytes.Equal(v, got[k]), "output %v: want %s, got %s", k, v, got[k])
-	}
-	// Dead letters: every invalid record at least once, nothing else.
-	seen := map[string]bool{}
-	for _, ms := range b.ReadAll(t, e.dlq, false) {
-		for _, m := range ms {
-			var p, o string
-			for _, h := range m.Headers {
-				switch string(h.Key) {
-				case chain.HeaderDLQPartition:
-					p = string(h.Value)
-				case chain.HeaderDLQOffset:
-					o = string(h.Value)
-				}
-			}
-			require.True(t, invalid[p+"/"+o], "dead letter %s/%s is not an invalid record", p, o)
-			seen[p+"/"+o] = true
-		}
-	}
-	require.Equal(t, len(invalid), len(seen), "every invalid record dead-lettered")
 	// Committed offsets reach the end of every partition.
 	adm, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
 	require.NoError(t, err)
@@ -309,13 +247,13 @@ func (e *env) produce(t *testing.T, wc workload.Config) {
 		})
 	}
 	e.total = int64(len(recs))
+	e.model = reference.Expect(e.parts, e.cfg)
 }
 
 // expectedOutputs is how many distinct outputs the reference model gives.
 func (e *env) expectedOutputs() int {
 	n := 0
-	for p := range e.parts {
-		ref := reference.Run(e.parts[p], e.cfg)
+	for _, ref := range e.model.Results() {
 		n += len(ref.Installs) + len(ref.Purchases)
 	}
 	return n

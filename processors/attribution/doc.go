@@ -25,7 +25,8 @@
 // Output records: key = user_id, value = AppendInstall / AppendPurchase
 // (DESIGN §5's field order; times in TimeFormat, RFC 3339 UTC with nine
 // fractional digits; revenue copied verbatim from the input), one header
-// SourceHeader = "<partition>/<offset>" of the input record.
+// SourceHeader = "<partition>/<offset>" of the input record, written by
+// SourceValue and read by ParseSource (the only parser of it).
 //
 // # State layout
 //

@@ -1,12 +1,7 @@
 package attribution_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,43 +15,6 @@ import (
 	"github.com/differential-dev/differential/processors/attribution/reference"
 	"github.com/differential-dev/differential/store"
 )
-
-// engineOutputs splits a tester's outputs by partition and stage kind,
-// each in the order the engine produced them.
-func engineOutputs(t *testing.T, msgs []chain.Message) map[int32]map[string][]reference.Output {
-	out := map[int32]map[string][]reference.Output{}
-	for _, m := range msgs {
-		var src string
-		for _, h := range m.Headers {
-			if string(h.Key) == attribution.SourceHeader {
-				src = string(h.Value)
-			}
-		}
-		ps, os, ok := strings.Cut(src, "/")
-		require.True(t, ok, "output without source header: %s", m.Value)
-		p, err := strconv.Atoi(ps)
-		require.NoError(t, err)
-		o, err := strconv.ParseInt(os, 10, 64)
-		require.NoError(t, err)
-		var kind struct{ Kind string }
-		require.NoError(t, json.Unmarshal(m.Value, &kind))
-		if out[int32(p)] == nil {
-			out[int32(p)] = map[string][]reference.Output{}
-		}
-		out[int32(p)][kind.Kind] = append(out[int32(p)][kind.Kind], reference.Output{Partition: int32(p), Offset: o, Key: m.Key, Value: m.Value})
-	}
-	return out
-}
-
-func requireSameOutputs(t *testing.T, stage string, want, got []reference.Output) {
-	t.Helper()
-	require.Equal(t, len(want), len(got), "stage %s: output count", stage)
-	for i := range want {
-		if want[i].Offset != got[i].Offset || !bytes.Equal(want[i].Value, got[i].Value) {
-			t.Fatalf("stage %s output %d differs:\nwant @%d %s\ngot  @%d %s", stage, i, want[i].Offset, want[i].Value, got[i].Offset, got[i].Value)
-		}
-	}
-}
 
 // TestChainMatchesReferenceModel runs the attribution chain through the real
 // engine (chaintest: in-memory partitions, the in-memory store) on generated
@@ -109,37 +67,18 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 				tt.WaitIdle()
 				require.NoError(t, tt.Stop())
 
-				got := engineOutputs(t, tt.Outputs("output"))
-				dlq := tt.Outputs("dlq")
-				dlqByPart := map[int32][]int64{}
-				for _, m := range dlq {
-					var p, o int64
-					for _, h := range m.Headers {
-						switch string(h.Key) {
-						case chain.HeaderDLQPartition:
-							p, _ = strconv.ParseInt(string(h.Value), 10, 32)
-						case chain.HeaderDLQOffset:
-							o, _ = strconv.ParseInt(string(h.Value), 10, 64)
-						}
-					}
-					dlqByPart[int32(p)] = append(dlqByPart[int32(p)], o)
-				}
-				total := 0
+				// The tester's logs assign offsets 0..n-1, as the split
+				// records had for their partitions; one stage at a time per
+				// partition writes in offset order.
+				inputs := make([][]chain.Record, len(parts))
 				for p := range parts {
-					// The tester's logs assign offsets 0..n-1, as the split
-					// records had for their partitions.
-					want := reference.Run(tt.Log(int32(p)).Records(), cfg)
-					requireSameOutputs(t, fmt.Sprintf("install/p%d", p), want.Installs, got[int32(p)]["install"])
-					requireSameOutputs(t, fmt.Sprintf("purchase/p%d", p), want.Purchases, got[int32(p)]["purchase"])
-					var inv []int64
-					for _, x := range want.Invalid {
-						inv = append(inv, x.Offset)
-					}
-					require.Equal(t, inv, dlqByPart[int32(p)], "partition %d dead letters", p)
-					total += len(want.Installs) + len(want.Purchases)
+					inputs[p] = tt.Log(int32(p)).Records()
 				}
-				require.Greater(t, total, 1000, "the workload must produce outputs")
-				require.NotEmpty(t, dlq)
+				r := reference.Check(inputs, cfg, reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("dlq")),
+					reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+				require.True(t, r.OK(), r.Summary())
+				require.Greater(t, r.Outputs().Matched, 1000, "the workload must produce outputs")
+				require.Positive(t, r.DeadLetters.Matched)
 			})
 		})
 	}

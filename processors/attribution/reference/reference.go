@@ -6,7 +6,8 @@
 // with its own code (encoding/json into a map), computes stream times,
 // duplicates and matches with direct loops over the whole log, and never
 // evicts. It uses attribution only for the Config, the output formatting
-// (AppendInstall, AppendPurchase) and the Snapshot types.
+// (AppendInstall, AppendPurchase), the source header (ParseSource) and the
+// Snapshot types.
 //
 // # Final logical state
 //
@@ -23,6 +24,28 @@
 // record has S ≥ S_end), so an implementation that evicts may hold a
 // superset; Usable applies the same filter to any Snapshot, e.g. the
 // engine's store decoded with attribution.SnapshotOf.
+//
+// # Checking what an engine wrote
+//
+// Check (or Expect, then Expectation.Check for several runs over one
+// input) is the one comparison of an engine's output and dead-letter topics
+// with the model, for the CLI demo, the benchmark and every test that runs
+// the attribution chain. It attributes each written record to its input
+// record (attribution.ParseSource on the SourceHeader; chain's
+// HeaderDLQPartition and HeaderDLQOffset on a dead letter) and returns a
+// Report: per kind (installs, purchases, dead letters) matched, mismatched,
+// missing and unexpected input records, repeated copies split into
+// byte-identical and conflicting ones, unattributable records and order
+// violations, with the first problems described and a Summary. Options
+// say what a run may write: Duplicates (NoDuplicates for exactly-once or a
+// run without crashes; IdenticalDuplicates for at-least-once after crashes
+// or partition moves) and Order (KeyOrder for key-parallel stages,
+// StageOrder for strict partition order). Records read back through sarama
+// convert with FromKafka, a chaintest's outputs with FromMessages. Nothing
+// here needs a testing.TB; a Report's Err turns it into an error.
+//
+// Expect, Check and Run are pure functions of their arguments and safe for
+// concurrent use; an Expectation is read-only once built.
 package reference
 
 import (
