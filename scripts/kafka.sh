@@ -21,6 +21,8 @@
 #   DIFFERENTIAL_KAFKA_PORT   first broker port (default: 9092; node i listens on PORT+i-1,
 #                             its controller on PORT+10000+i-1)
 #   DIFFERENTIAL_KAFKA_HEAP   JVM heap options per node (default: -Xms128m -Xmx512m)
+#   DIFFERENTIAL_KAFKA_JVM_OPTS  more JVM options per node, for start and restart (default: none;
+#                             -XX:TieredStopAtLevel=1 shortens a node start on 2 cores)
 #   DIFFERENTIAL_KAFKA_START_TIMEOUT  seconds to wait for the cluster, a restarted node or
 #                             in-sync replicas (default: 90)
 #
@@ -40,6 +42,7 @@ marker="$dist/.fetched"
 data="${DIFFERENTIAL_KAFKA_DATA:-$repo/.kafka}"
 base_port="${DIFFERENTIAL_KAFKA_PORT:-9092}"
 heap="${DIFFERENTIAL_KAFKA_HEAP:--Xms128m -Xmx512m}"
+jvm_opts="${DIFFERENTIAL_KAFKA_JVM_OPTS:-}"
 start_timeout="${DIFFERENTIAL_KAFKA_START_TIMEOUT:-90}"
 data_mark=.differential-kafka-data
 
@@ -211,10 +214,11 @@ cmd_start() {
 
 # start_node ID: start node ID's JVM in the background and record its pid.
 start_node() {
-	local id="$1" heap_words
+	local id="$1" heap_words opt_words
 	read -ra heap_words <<<"$heap"
+	read -ra opt_words <<<"$jvm_opts"
 	jvm_args "$id"
-	nohup "$(java_bin)" "${heap_words[@]}" "${jargs[@]}" kafka.Kafka "$data/node-$id/server.properties" \
+	nohup "$(java_bin)" "${heap_words[@]}" "${opt_words[@]}" "${jargs[@]}" kafka.Kafka "$data/node-$id/server.properties" \
 		>>"$data/node-$id/logs/stdout.log" 2>&1 </dev/null &
 	echo "$!" >"$data/node-$id/kafka.pid"
 }
