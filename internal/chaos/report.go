@@ -9,7 +9,7 @@ import (
 // Table renders results as a Markdown table, one row per scenario.
 func Table(results []*Result) string {
 	var b strings.Builder
-	b.WriteString("| scenario (seed) | faults → time to recover (lag back at 0) | records in | outputs read | repeats identical / conflicting | dead letters | max lag | engine /healthz from the first fault | idle releases | took | check |\n")
+	b.WriteString("| scenario (seed) | faults → time to recover (every partition caught up, lag within 2 s) | records in | outputs read | repeats identical / conflicting | dead letters | max lag | engine /healthz from the first fault | idle releases | took | check |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
 	for _, r := range results {
 		check := "ok"

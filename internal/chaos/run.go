@@ -222,6 +222,12 @@ func (r *Run) engineExit() (<-chan struct{}, func() error) {
 	}
 }
 
+// AwaitInFlight waits until the latest reading shows at least n records
+// written and not yet committed: work the engine holds in flight.
+func (r *Run) AwaitInFlight(ctx context.Context, n int64) error {
+	return r.awaitLag(ctx, fmt.Sprintf("%d records in flight", n), func(s lagSample) bool { return s.lag() >= n })
+}
+
 // BusiestOutput returns the output partition holding the most records.
 func (r *Run) BusiestOutput() (int32, error) {
 	client, err := sarama.NewClient(r.cfg.Cluster.Addrs(), samplerConfig())
@@ -396,7 +402,9 @@ func (r *Run) execute(ctx context.Context, res *Result) (err error) {
 	r.health.logf = r.Logf
 	bg.Go(func() { r.lag.run(ctx) })
 	bg.Go(func() { r.outLag.run(ctx) })
-	bg.Go(func() { r.health.run(ctx) })
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	bg.Go(func() { r.health.run(healthCtx) })
 
 	if err := r.StartEngine(); err != nil {
 		return err
@@ -436,6 +444,7 @@ func (r *Run) execute(ctx context.Context, res *Result) (err error) {
 	if err != nil {
 		return err
 	}
+	stopHealth() // the stop below is not a change of health
 	if err := r.currentEngine().Stop(cfg.StepTimeout); err != nil {
 		return err
 	}
