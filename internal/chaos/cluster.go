@@ -19,9 +19,7 @@ type Cluster struct {
 	script string   // path of scripts/kafka.sh
 	env    []string // the DIFFERENTIAL_KAFKA_* settings, on top of os.Environ()
 	addrs  []string
-	nodes  int
 	owned  bool // started by OpenCluster: Close stops it
-	logf   func(format string, args ...any)
 }
 
 // ClusterNodes is the size of the cluster the suite needs.
@@ -34,18 +32,17 @@ const ClusterNodes = 3
 // DIFFERENTIAL_KAFKA_CACHE, _DATA and _PORT as the script reads them (nil:
 // the suite's own environment's).
 func OpenCluster(ctx context.Context, script string, env []string, logf func(string, ...any)) (*Cluster, error) {
-	c := &Cluster{script: script, env: env, logf: logf}
+	c := &Cluster{script: script, env: env}
 	if nodes, err := c.Nodes(ctx); err == nil && len(nodes) == ClusterNodes && anyRunning(nodes) {
 		out, _ := c.run(ctx, "status")
 		c.addrs = parseBootstrap(out)
-		c.nodes = len(nodes)
 		if len(c.addrs) != ClusterNodes {
 			return nil, fmt.Errorf("kafka.sh status lists bootstrap addresses %v, want %d", c.addrs, ClusterNodes)
 		}
 		if err := c.Heal(ctx); err != nil {
 			return nil, err
 		}
-		logf("using the recorded %d-node cluster at %s", c.nodes, strings.Join(c.addrs, ","))
+		logf("using the recorded %d-node cluster at %s", ClusterNodes, strings.Join(c.addrs, ","))
 		return c, nil
 	}
 	start := time.Now()
@@ -54,8 +51,8 @@ func OpenCluster(ctx context.Context, script string, env []string, logf func(str
 		return nil, err
 	}
 	c.addrs = strings.Split(strings.TrimSpace(lastLine(out)), ",")
-	c.nodes, c.owned = ClusterNodes, true
-	logf("started a %d-node cluster at %s in %.1fs", c.nodes, strings.Join(c.addrs, ","), time.Since(start).Seconds())
+	c.owned = true
+	logf("started a %d-node cluster at %s in %.1fs", ClusterNodes, strings.Join(c.addrs, ","), time.Since(start).Seconds())
 	return c, nil
 }
 

@@ -222,10 +222,47 @@ func (r *Run) engineExit() (<-chan struct{}, func() error) {
 	}
 }
 
-// AwaitInFlight waits until the latest reading shows at least n records
-// written and not yet committed: work the engine holds in flight.
-func (r *Run) AwaitInFlight(ctx context.Context, n int64) error {
-	return r.awaitLag(ctx, fmt.Sprintf("%d records in flight", n), func(s lagSample) bool { return s.lag() >= n })
+// AwaitFreshOutputs returns as soon as the output topic grows (read every
+// 10 ms): the engine has just had outputs acknowledged, and the records
+// they came from are most likely not committed yet (commits come every
+// CommitInterval), so a kill now leaves work to repeat.
+func (r *Run) AwaitFreshOutputs(ctx context.Context) error {
+	client, err := sarama.NewClient(r.cfg.Cluster.Addrs(), samplerConfig())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = client.Close() }()
+	end := func() (int64, error) {
+		var sum int64
+		for p := range r.Partitions {
+			o, err := client.GetOffset(r.Output, p, sarama.OffsetNewest)
+			if err != nil {
+				return 0, err
+			}
+			sum += o
+		}
+		return sum, nil
+	}
+	from, err := end()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(r.cfg.StepTimeout)
+	for time.Now().Before(deadline) {
+		n, err := end()
+		if err != nil {
+			return err
+		}
+		if n > from {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond): // polling the broker: nothing to block on
+		}
+	}
+	return fmt.Errorf("no new output within %s", r.cfg.StepTimeout)
 }
 
 // BusiestOutput returns the output partition holding the most records.

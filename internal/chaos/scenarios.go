@@ -116,16 +116,17 @@ func outputLeaderKill(ctx context.Context, r *Run) error {
 }
 
 // brokerAndEngineKill: the group coordinator's node and the engine are
-// SIGKILLed at the same moment, right after a burst of input (records in
-// flight, so the restart repeats work); the engine restarts at once on the
-// same state directory, the node once the engine has recovered.
+// SIGKILLed at the same moment, right after outputs were acknowledged
+// (their records most likely not committed yet, so the restart repeats
+// them); the engine restarts at once on the same state directory, the node
+// once the engine has recovered.
 func brokerAndEngineKill(ctx context.Context, r *Run) error {
 	c := r.Cluster()
 	n, err := c.Coordinator(ctx, r.Group)
 	if err != nil {
 		return err
 	}
-	if err := r.AwaitInFlight(ctx, 20); err != nil {
+	if err := r.AwaitFreshOutputs(ctx); err != nil {
 		return err
 	}
 	err = r.Fault(fmt.Sprintf("SIGKILL node %d (the group coordinator) and the engine together", n), func() error {
