@@ -3,9 +3,11 @@ package commit
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Checkpoint of one stage: its position (the first offset it has not
@@ -183,4 +185,29 @@ func ValidateStages(stages []string) error {
 		seen[s] = true
 	}
 	return nil
+}
+
+// LogValue implements slog.LogValuer: the stage's position and its
+// watermark as an RFC 3339 time in UTC ("none" for 0), not nanoseconds.
+func (c Checkpoint) LogValue() slog.Value {
+	wm := "none"
+	if c.Watermark != 0 {
+		wm = time.Unix(0, c.Watermark).UTC().Format(time.RFC3339Nano)
+	}
+	return slog.GroupValue(slog.Int64("next", c.Next), slog.String("watermark", wm))
+}
+
+// Checkpoints are the checkpoints of a partition's stages as a log line
+// shows them: a group per stage, keyed by its name, with Checkpoint's
+// LogValue (slog resolves a LogValuer attribute, but not the elements of a
+// slice, so log a []Checkpoint as Checkpoints(cps)).
+type Checkpoints []Checkpoint
+
+// LogValue implements slog.LogValuer.
+func (cs Checkpoints) LogValue() slog.Value {
+	attrs := make([]slog.Attr, len(cs))
+	for i, c := range cs {
+		attrs[i] = slog.Any(c.Stage, c)
+	}
+	return slog.GroupValue(attrs...)
 }

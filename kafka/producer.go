@@ -29,6 +29,8 @@ type ProducerConfig struct {
 	// returned, and at least DefaultProducerRetries retries (with
 	// RetryBackoff between them unless the base sets a BackoffFunc).
 	Sarama *sarama.Config
+	// Security configures TLS and SASL, as Config.Security does.
+	Security Security
 	// Logger receives the producer's logs. Default: discard.
 	Logger *slog.Logger
 	// Registry, when set, becomes sarama's MetricRegistry. Default: the base's.
@@ -57,9 +59,9 @@ func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	if len(c.Brokers) == 0 {
 		return nil, errors.New("kafka: ProducerConfig.Brokers is empty: name at least one bootstrap broker as host:port")
 	}
-	base := c.Sarama
-	if base == nil {
-		base = sarama.NewConfig()
+	base, err := secured(c.Sarama, c.Security)
+	if err != nil {
+		return nil, err
 	}
 	sc := *base
 	if sc.ClientID == "" || sc.ClientID == "sarama" {
@@ -134,14 +136,16 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	warnInsecure(log, sc)
 	ap, err := sarama.NewAsyncProducer(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
-	p := &Producer{ap: ap, log: cfg.Logger}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p := &Producer{ap: ap, log: log}
 	p.readers.Go(func() {
 		for m := range ap.Successes() {
 			if g, ok := m.Metadata.(*ackGroup); ok {
@@ -152,6 +156,12 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	p.readers.Go(func() {
 		for pe := range ap.Errors() {
 			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
+				if tooLarge(pe.Err) {
+					// The chain dead-letters such a message minimal instead
+					// of failing its partition (chain.ProduceDeadLetter).
+					g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
+					continue
+				}
 				g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
 			} else {
 				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)

@@ -2,7 +2,8 @@
 # kafka.sh — a local Apache Kafka (KRaft, no ZooKeeper) for tests, the demo and benchmarks.
 #
 #   bash scripts/kafka.sh fetch                 resolve Kafka's jars with mvn into the cache (once)
-#   bash scripts/kafka.sh start [--brokers 1|3] format fresh storage, start, wait until it answers
+#   bash scripts/kafka.sh start [--brokers 1|3] [--sasl-ssl DIR]
+#                                               format fresh storage, start, wait until it answers
 #   bash scripts/kafka.sh status                print each node's pid and whether it runs
 #   bash scripts/kafka.sh stop                  stop the recorded pids, wait for them, remove data
 #
@@ -25,6 +26,15 @@
 #                             -XX:TieredStopAtLevel=1 shortens a node start on 2 cores)
 #   DIFFERENTIAL_KAFKA_START_TIMEOUT  seconds to wait for the cluster, a restarted node or
 #                             in-sync replicas (default: 90)
+#
+# --sasl-ssl DIR adds a SASL_SSL listener to every node, node i on PORT+5+i-1 (the PLAINTEXT
+# listener stays, for the readiness probe, the brokers among themselves and admin tools). DIR
+# holds PEM files the caller made (scripts/kafka.sh makes no key): ca.pem (the CA that signed
+# the server certificate), server.pem (the server's unencrypted PKCS#8 private key followed by
+# its certificate chain, for 127.0.0.1), and users (one "name password" per line, both of
+# [A-Za-z0-9._-]). Every user may log in with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (SCRAM
+# credentials are written at format time); OAUTHBEARER accepts Kafka's unsecured JWTs. No
+# authorizer: an authenticated user may do everything.
 #
 # The Kafka jars come from the Maven repository the machine's mvn is configured for; nothing
 # else is downloaded. Processes are stopped only by the pids this script recorded.
@@ -124,6 +134,11 @@ EOF
 
 # ---------------------------------------------------------------- start
 
+# Set by --sasl-ssl: the folder of the PEM files and users, and the users' names and passwords.
+sasl_dir=""
+sasl_users=()
+sasl_passwords=()
+
 cmd_start() {
 	local n=1
 	while [[ $# -gt 0 ]]; do
@@ -137,10 +152,22 @@ cmd_start() {
 			n="${1#--brokers=}"
 			shift
 			;;
+		--sasl-ssl)
+			[[ $# -ge 2 ]] || usage
+			sasl_dir="$2"
+			shift 2
+			;;
+		--sasl-ssl=*)
+			sasl_dir="${1#--sasl-ssl=}"
+			shift
+			;;
 		*) usage ;;
 		esac
 	done
 	[[ "$n" == 1 || "$n" == 3 ]] || die "--brokers must be 1 or 3, got $n"
+	if [[ -n "$sasl_dir" ]]; then
+		read_sasl_dir
+	fi
 	[[ -f "$marker" ]] || die "Kafka is not fetched; run: bash scripts/kafka.sh fetch"
 	if any_running; then
 		die "a broker recorded in $data is still running; run: bash scripts/kafka.sh stop"
@@ -149,16 +176,26 @@ cmd_start() {
 	for ((i = 0; i < n; i++)); do
 		port_free $((base_port + i)) || die "port $((base_port + i)) is in use"
 		port_free $((base_port + 10000 + i)) || die "port $((base_port + 10000 + i)) is in use"
+		if [[ -n "$sasl_dir" ]]; then
+			port_free $((base_port + 5 + i)) || die "port $((base_port + 5 + i)) is in use"
+		fi
 	done
 
 	remove_data
 	mkdir -p "$data/bin"
 	touch "$data/$data_mark"
-	local cluster_id voters="" addrs=""
+	local cluster_id voters="" addrs="" secure_addrs=""
 	cluster_id="$(new_cluster_id)"
 	for ((i = 1; i <= n; i++)); do
 		voters+="${voters:+,}$i@127.0.0.1:$((base_port + 10000 + i - 1))"
 		addrs+="${addrs:+,}127.0.0.1:$((base_port + i - 1))"
+		secure_addrs+="${secure_addrs:+,}127.0.0.1:$((base_port + 5 + i - 1))"
+	done
+	# SCRAM credentials are part of the formatted metadata (KRaft has no ZooKeeper to add them to).
+	local scram=()
+	for ((i = 0; i < ${#sasl_users[@]}; i++)); do
+		scram+=(--add-scram "SCRAM-SHA-256=[name=${sasl_users[$i]},password=${sasl_passwords[$i]}]"
+			--add-scram "SCRAM-SHA-512=[name=${sasl_users[$i]},password=${sasl_passwords[$i]}]")
 	done
 	for ((i = 1; i <= n; i++)); do
 		mkdir -p "$data/node-$i/logs"
@@ -173,7 +210,7 @@ cmd_start() {
 		"$(java_bin)" "${jargs[@]}" -Xmx256m -XX:TieredStopAtLevel=1 \
 			"-Dkafka.logs.dir=$data/node-$i/logs/format" \
 			kafka.tools.StorageTool format --ignore-formatted \
-			-t "$cluster_id" -c "$data/node-$i/server.properties" \
+			-t "$cluster_id" -c "$data/node-$i/server.properties" ${scram[@]+"${scram[@]}"} \
 			>"$data/node-$i/logs/format.log" 2>&1 </dev/null &
 		pids+=("$!")
 	done
@@ -188,6 +225,9 @@ cmd_start() {
 		start_node "$i"
 	done
 	echo "$addrs" >"$data/bootstrap"
+	if [[ -n "$sasl_dir" ]]; then
+		echo "$secure_addrs" >"$data/bootstrap-sasl-ssl"
+	fi
 
 	# Build the readiness probe (and the per-node commands' helper) while the JVMs boot.
 	if ! (cd "$repo" && go build -o "$data/bin/kafkaready" ./scripts/kafkaready &&
@@ -209,6 +249,9 @@ cmd_start() {
 		die "Kafka did not become ready (logs kept in $data/node-*/logs)"
 	fi
 	log "Kafka $KAFKA_VERSION is up with $n node(s); logs in $data/node-*/logs/server.log"
+	if [[ -n "$sasl_dir" ]]; then
+		log "SASL_SSL listeners: $secure_addrs (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; users from $sasl_dir/users)"
+	fi
 	echo "$addrs"
 }
 
@@ -223,14 +266,40 @@ start_node() {
 	echo "$!" >"$data/node-$id/kafka.pid"
 }
 
+# read_sasl_dir checks --sasl-ssl's folder and reads its users.
+read_sasl_dir() {
+	[[ -d "$sasl_dir" ]] || die "--sasl-ssl $sasl_dir: not a directory"
+	sasl_dir="$(cd "$sasl_dir" && pwd)"
+	local f
+	for f in ca.pem server.pem users; do
+		[[ -f "$sasl_dir/$f" ]] || die "--sasl-ssl $sasl_dir: $f is missing (see the header of scripts/kafka.sh)"
+	done
+	local name pass extra
+	while read -r name pass extra || [[ -n "$name" ]]; do
+		[[ -z "$name" || "$name" == \#* ]] && continue
+		[[ -z "$extra" && "$name" =~ ^[A-Za-z0-9._-]+$ && "$pass" =~ ^[A-Za-z0-9._-]+$ ]] ||
+			die "--sasl-ssl $sasl_dir/users: each line must be \"name password\", both of [A-Za-z0-9._-]"
+		sasl_users+=("$name")
+		sasl_passwords+=("$pass")
+	done <"$sasl_dir/users"
+	((${#sasl_users[@]} > 0)) || die "--sasl-ssl $sasl_dir/users names no user"
+}
+
 # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding (22 characters).
+# A random KRaft cluster id (16 bytes, URL-safe base64). One that starts with '-' would be read
+# as an option by kafka-storage ("expected one argument"), so such ids are drawn again.
 new_cluster_id() {
-	head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+	local id
+	while :; do
+		id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+		[[ "$id" == -* ]] || break
+	done
+	printf '%s\n' "$id"
 }
 
 write_server_properties() {
 	local id="$1" n="$2" voters="$3"
-	local port=$((base_port + id - 1)) cport=$((base_port + 10000 + id - 1))
+	local port=$((base_port + id - 1)) cport=$((base_port + 10000 + id - 1)) sport=$((base_port + 5 + id - 1))
 	local min_isr=1
 	[[ "$n" == 3 ]] && min_isr=2
 	cat <<EOF
@@ -238,11 +307,11 @@ write_server_properties() {
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport${sasl_dir:+,SASL_SSL://127.0.0.1:$sport}
+advertised.listeners=PLAINTEXT://127.0.0.1:$port${sasl_dir:+,SASL_SSL://127.0.0.1:$sport}
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT${sasl_dir:+,SASL_SSL:SASL_SSL}
 log.dirs=$data/node-$id/data
 
 num.partitions=1
@@ -270,6 +339,30 @@ num.io.threads=4
 background.threads=4
 num.recovery.threads.per.data.dir=1
 log.cleaner.threads=1
+EOF
+	if [[ -n "$sasl_dir" ]]; then
+		write_sasl_ssl_properties
+	fi
+}
+
+# The SASL_SSL listener: PEM key store and trust store, and a login module per mechanism.
+write_sasl_ssl_properties() {
+	local plain_users="" i
+	for ((i = 0; i < ${#sasl_users[@]}; i++)); do
+		plain_users+=" user_${sasl_users[$i]}=\"${sasl_passwords[$i]}\""
+	done
+	cat <<EOF
+
+# SASL_SSL listener (scripts/kafka.sh start --sasl-ssl $sasl_dir)
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$sasl_dir/server.pem
+listener.name.sasl_ssl.ssl.truststore.type=PEM
+listener.name.sasl_ssl.ssl.truststore.location=$sasl_dir/ca.pem
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain_users;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
 EOF
 }
 

@@ -3,7 +3,6 @@ package store
 import (
 	"log/slog"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -13,7 +12,6 @@ type Option interface{ apply(*config) }
 type config struct {
 	logger *slog.Logger
 	fs     vfs.FS
-	tune   func(*pebble.Options)
 }
 
 type optionFunc func(*config)
@@ -31,11 +29,4 @@ func WithLogger(l *slog.Logger) Option {
 // operating system's file system (vfs.Default).
 func WithFS(fs vfs.FS) Option {
 	return optionFunc(func(c *config) { c.fs = fs })
-}
-
-// WithPebbleOptions lets fn adjust the Pebble options after the store has
-// set its own (FormatNewest, a 16 MB memtable, a 64 MB block cache). fn must
-// not change FS, Logger or the comparer. Default: none.
-func WithPebbleOptions(fn func(*pebble.Options)) Option {
-	return optionFunc(func(c *config) { c.tune = fn })
 }

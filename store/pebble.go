@@ -39,9 +39,6 @@ func OpenPebble(dir string, opts ...Option) (*DB, error) {
 		MemTableSize: 16 << 20,
 		CacheSize:    64 << 20,
 	}
-	if cfg.tune != nil {
-		cfg.tune(po)
-	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble at %q: %w", dir, err)

@@ -4,6 +4,10 @@
 // deterministic, no sleeps. It is for the engine's own tests and for users
 // testing their processors inside a real chain (the goka tester idea).
 //
+// New takes a chain's stages and decoder; NewWith takes a constructor
+// instead (a library's own, e.g. attribution.NewChain), so a test runs the
+// chain exactly as the library wires it.
+//
 // A Tester keeps its logs, commits and store across Stop/Start, so a test can
 // stop a chain (cleanly, or abruptly with Crash) and start it again to check
 // what a restart resumes from.
@@ -23,11 +27,10 @@ import (
 
 // Tester drives one chain over in-memory partitions of one topic.
 type Tester struct {
-	tb     testing.TB
-	topic  string
-	stages []chain.Stage
-	dec    chain.Decoder
-	opts   []chain.Option
+	tb    testing.TB
+	topic string
+	build func(opts ...chain.Option) (*chain.Chain, error)
+	opts  []chain.Option
 
 	changed signal
 
@@ -40,6 +43,7 @@ type Tester struct {
 		held    []func(error)
 		discard bool
 		counts  map[string]int
+		maxSize int
 	}
 
 	ch      *chain.Chain
@@ -74,10 +78,20 @@ const (
 const Topic = "input"
 
 // New builds a tester for the given chain definition; opts are passed to
-// chain.New after the tester's own (producer, observer), so a test may
-// override them. Without a chain.WithStore option the chain has no store.
+// chain.New after the tester's own (producer, observer, output and
+// dead-letter topics), so a test may override the producer and topics; a
+// test's chain.WithObserver adds to the tester's observer (observers
+// compose). Without a chain.WithStore option the chain has no store.
 func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
-	t := &Tester{tb: tb, topic: Topic, stages: stages, dec: dec, opts: opts}
+	return NewWith(tb, func(opts ...chain.Option) (*chain.Chain, error) { return chain.New(stages, dec, opts...) }, opts...)
+}
+
+// NewWith builds a tester whose chain is made by build (e.g. a library's
+// own constructor, such as attribution.NewChain bound to its
+// configuration), which is given the tester's options followed by opts at
+// every Start.
+func NewWith(tb testing.TB, build func(opts ...chain.Option) (*chain.Chain, error), opts ...chain.Option) *Tester {
+	t := &Tester{tb: tb, topic: Topic, build: build, opts: opts}
 	t.mu.logs = map[int32]*Log{}
 	t.mu.commits = map[int32][]Commit{}
 	tb.Cleanup(func() { t.Stop() })
@@ -96,6 +110,16 @@ func (t *Tester) SetAckMode(m AckMode) {
 func (t *Tester) DiscardOutputs() {
 	t.mu.Lock()
 	t.mu.discard = true
+	t.mu.Unlock()
+}
+
+// SetMaxMessageBytes makes the fake producer refuse, as Kafka does, every
+// call with a message whose key, value and headers exceed n bytes: done gets
+// an error wrapping chain.ErrMessageTooLarge. 0 (the default) accepts any
+// size.
+func (t *Tester) SetMaxMessageBytes(n int) {
+	t.mu.Lock()
+	t.mu.maxSize = n
 	t.mu.Unlock()
 }
 
@@ -148,7 +172,7 @@ func (t *Tester) Start(partitions ...int32) {
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
 	}, t.opts...)
-	ch, err := chain.New(t.stages, t.dec, opts...)
+	ch, err := t.build(opts...)
 	if err != nil {
 		t.tb.Fatalf("chaintest: %v", err)
 	}
@@ -301,6 +325,15 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 	cp := make([]chain.Message, len(msgs))
 	copy(cp, msgs)
 	t.mu.Lock()
+	if limit := t.mu.maxSize; limit > 0 {
+		for i := range cp {
+			if n := messageSize(&cp[i]); n > limit {
+				t.mu.Unlock()
+				done(fmt.Errorf("chaintest: message to %s: %w: %d bytes > %d", cp[i].Topic, chain.ErrMessageTooLarge, n, limit))
+				return
+			}
+		}
+	}
 	mode := t.mu.acks
 	if mode == AckHold {
 		t.mu.held = append(t.mu.held, func(err error) {
@@ -326,6 +359,14 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 		return
 	}
 	ack()
+}
+
+func messageSize(m *chain.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 func (t *Tester) keepLocked(msgs []chain.Message) {

@@ -24,7 +24,10 @@ const (
 // streams, and seams that only tests set.
 type env struct {
 	stdout, stderr io.Writer
-	hooks          hooks
+	// lookupEnv reads the process environment (os.LookupEnv in the
+	// binary); nil: no environment, as in-process tests run.
+	lookupEnv func(string) (string, bool)
+	hooks     hooks
 }
 
 // hooks are test seams; the binary leaves them all zero.
@@ -68,8 +71,12 @@ func cli(ctx context.Context, args []string, e *env) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		usage(e.stdout)
-		return exitOK
+		if len(args) == 1 {
+			usage(e.stdout)
+			return exitOK
+		}
+		// differential help <command>: the command's own help.
+		name, args = args[1], []string{args[1], "--help"}
 	}
 	for _, c := range commands {
 		if c.name == name {
@@ -87,7 +94,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nRun 'differential <command> -h' for a command's flags.\n")
+	b.WriteString("\nRun 'differential help <command>' (or 'differential <command> --help') for a command's flags.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -110,7 +117,7 @@ func exitCode(e *env, name string, err error) int {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "differential %s: %v\nRun 'differential %s -h' for usage.\n", name, err, name)
+		fmt.Fprintf(e.stderr, "differential %s: %v\nRun 'differential %s --help' for usage.\n", name, err, name)
 		return exitUsage
 	default:
 		fmt.Fprintf(e.stderr, "differential %s: %v\n", name, err)

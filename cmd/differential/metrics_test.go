@@ -22,7 +22,8 @@ import (
 
 // TestMetricsAndHealth runs `run --metrics-addr` with the purchase stage
 // blocked on one partition: /metrics serves the engine's per-stage and
-// per-partition series and sarama's client metrics from the one registry;
+// per-partition series and sarama's client metrics from the one registry,
+// and the Go runtime's and the process's series;
 // /healthz is 200 while the blocked stage is within the stall timeout, 503
 // naming the partition and stage once it is not (the health check's clock
 // is moved forward instead of waiting a minute), and 200 again once the
@@ -55,10 +56,11 @@ func TestMetricsAndHealth(t *testing.T) {
 		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
 		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
 		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",
+		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes",
 	} {
 		require.Contains(t, fams, name, "series %s in:\n%s", name, body)
 	}
-	require.Contains(t, body, fmt.Sprintf(`differential_stage_position{topic=%q,partition="%d",stage="purchase"}`, tp.in, blocked))
+	require.Contains(t, body, fmt.Sprintf(`differential_stage_position{partition="%d",stage="purchase",topic=%q}`, blocked, tp.in))
 	require.Contains(t, body, fmt.Sprintf(`sarama_consumer_group_sync_total{group=%q} 1`, tp.group))
 
 	status, body = get(t, base+"/healthz")

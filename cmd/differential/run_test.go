@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,8 +34,12 @@ func TestProduceRunStopRestart(t *testing.T) {
 	require.Contains(t, first.err.String(), "differential run stopped cleanly")
 
 	tp.produce(t, 4000, 8) // more input (the same event ids: duplicates across the restart)
-	tp.runToEnd(t)
+	second := tp.runToEnd(t)
 	r := tp.verifyOutputs(t)
+	// The restart logs where each stage resumes, watermarks as RFC 3339 times.
+	started := regexp.MustCompile(`"msg":"partition started".*"resume":\{"click":\{"next":\d+,"watermark":"2026-\d\d-\d\dT[0-9:.]+Z"\}`)
+	require.Regexp(t, started, second.err.String())
+	require.NotRegexp(t, `"watermark":\d{16,}`, second.err.String())
 	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", r.Installs.Matched, r.Purchases.Matched, r.DeadLetters.Matched, r.Skipped)
 }
 
@@ -152,5 +157,30 @@ func TestBinaryExitsTwoOnBadFlags(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitUsage, ee.ExitCode())
-	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag -start: must be one of earliest, latest`)
+	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag --start: must be one of earliest, latest`)
+}
+
+// TestStateDirInUse: a second process given the --state-dir a running
+// `run` holds fails with exit 1 saying the directory is in use by another
+// differential process (Pebble's lock), not "resource temporarily
+// unavailable"; a second run in the same process says the same.
+func TestStateDirInUse(t *testing.T) {
+	bin := binary(t)
+	tp := newTopics(t, 1)
+	first := startCLIWatching(t, hooks{}, "differential run starting", tp.runArgs()...)
+	recv(t, first.logged, "the first run to open its state")
+
+	want := "--state-dir " + tp.stateDir + " is in use by another differential process"
+	cmd := exec.Command(bin, tp.runArgs("--group", tp.group+"-2")...)
+	_, err := cmd.Output()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitFatal, ee.ExitCode(), string(ee.Stderr))
+	require.Contains(t, string(ee.Stderr), want)
+	require.NotContains(t, string(ee.Stderr), "resource temporarily unavailable")
+
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--group", tp.group+"-3")...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, want)
+	require.Equal(t, exitOK, first.stop(t), tail(first.err.String()))
 }

@@ -108,6 +108,23 @@ type env struct {
 	total        int64
 }
 
+// newEnv makes the topics (input and output with 4 partitions, dead
+// letters with 1), a group name and a state directory, and writes a
+// generated workload of records over users to the input.
+func newEnv(t *testing.T, group string, records, users int, seed uint64) *env {
+	const partitions = 4
+	b := testbroker.New(t)
+	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
+		group: testbroker.Name(t, group), dir: t.TempDir()}
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, partitions, users, seed
+	wc.MaxRecordBytes = 16 << 10
+	e.cfg = attribution.DefaultConfig()
+	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	e.produce(t, wc)
+	return e
+}
+
 // runUntil runs the attribution chain (Pebble state in e.dir) until the last
 // stage's positions add up to target, then crashes it (crash=true) or stops
 // it cleanly.
@@ -119,7 +136,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config()})
 	require.NoError(t, err)
 	pr := newProgress(target)
-	ch, err := chain.New(attribution.Chain(e.cfg), attribution.Decoder(e.cfg),
+	ch, err := attribution.NewChain(e.cfg,
 		chain.WithStore(fs), chain.WithProducer(prod), chain.WithOutputTopic(e.out), chain.WithDLQTopic(e.dlq),
 		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(200*time.Millisecond), chain.WithObserver(pr))
 	require.NoError(t, err)
@@ -162,16 +179,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 // letters are exactly the invalid records, the committed offsets reach the
 // ends, and the Pebble state equals the model's final state.
 func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
-	const partitions = 4
-	b := testbroker.New(t)
-	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
-		group: testbroker.Name(t, "crash"), dir: t.TempDir()}
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 100_000, partitions, 3000, 42
-	wc.MaxRecordBytes = 16 << 10
-	e.cfg = attribution.DefaultConfig()
-	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
-	e.produce(t, wc)
+	e := newEnv(t, "crash", 100_000, 3000, 42)
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	done := int64(0)
@@ -230,22 +238,16 @@ func partitionList(n int) []int32 {
 	return out
 }
 
-// produce writes a generated workload to e.in and records where each record
-// landed (e.parts), for the reference model.
+// produce writes a generated workload to the fresh topic e.in, each record
+// at its planned partition and offset, so the partitions' logs are
+// workload.Split of the records (e.parts), for the reference model.
 func (e *env) produce(t *testing.T, wc workload.Config) {
+	t.Helper()
+	wc.Topic = e.in
 	recs := workload.Generate(wc)
-	msgs := make([]*sarama.ProducerMessage, len(recs))
-	for i, r := range recs {
-		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
-	}
-	e.b.Produce(t, e.in, msgs...)
-	e.parts = make([][]chain.Record, wc.Partitions)
-	for _, m := range msgs {
-		e.parts[m.Partition] = append(e.parts[m.Partition], chain.Record{
-			Topic: e.in, Partition: m.Partition, Offset: m.Offset,
-			Key: []byte(m.Key.(sarama.ByteEncoder)), Value: []byte(m.Value.(sarama.ByteEncoder)), Timestamp: m.Timestamp,
-		})
-	}
+	_, err := workload.Write(context.Background(), workload.WriterConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config(), Topic: e.in, Exact: true}, recs)
+	require.NoError(t, err)
+	e.parts = workload.Split(recs, wc.Partitions)
 	e.total = int64(len(recs))
 	e.model = reference.Expect(e.parts, e.cfg)
 }

@@ -108,12 +108,3 @@ func sanitize(s string) string {
 	}
 	return string(b)
 }
-
-// escapeLabel escapes a label value: backslash, double quote and newline.
-func escapeLabel(v string) string {
-	if !strings.ContainsAny(v, "\\\"\n") {
-		return v
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(v)
-}
