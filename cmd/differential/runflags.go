@@ -22,6 +22,9 @@ type runOptions struct {
 	topic          string
 	group          string
 	stateDir       string
+	changelog      bool
+	changelogTopic string
+	assignor       string
 	start          string
 	kafkaVersion   string
 	lookback       time.Duration
@@ -51,7 +54,8 @@ func defaultRunOptions() runOptions {
 		engineSettings: defaultEngineSettings(),
 
 		topic: "events", group: "differential-attribution",
-		stateDir: "differential-state", start: "earliest", kafkaVersion: defaultKafkaVersion,
+		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
+		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
 		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
@@ -75,7 +79,10 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
 	fs.StringVar(&o.output, "output", o.output, "output `topic` of attributed installs and purchases (must exist)")
 	fs.StringVar(&o.dlq, "dlq", o.dlq, "dead-letter `topic` (must exist); empty: invalid records are only logged")
-	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state (one per process)")
+	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
+	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
+	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")
 	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
 	fs.Var(durationValue{&o.lookback}, "lookback", "the `duration` a click may be before an install and still be matched (e.g. 7d, 36h)")
@@ -137,6 +144,8 @@ func (o *runOptions) validate() error {
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
 	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
 		return usagef("--alerts must differ from the input --topic %q and the --dlq %q", o.topic, o.dlq)
+	case o.changelog && (o.changelogName() == o.topic || o.changelogName() == o.output || o.changelogName() == o.dlq || o.changelogName() == o.velocity.alerts):
+		return usagef("--changelog-topic %q must differ from --topic, --output, --dlq and --alerts", o.changelogName())
 	case o.lookback <= 0:
 		return usagef("--lookback must be > 0, got %s", o.lookback)
 	case o.lateness < 0:
@@ -167,6 +176,11 @@ func (o *runOptions) validate() error {
 	if err := o.velocity.validate(); err != nil {
 		return err
 	}
+	if o.changelog {
+		if err := checkTopic("changelog-topic", o.changelogName(), true); err != nil {
+			return usagef("%v (the default is <group>.<topic>.state; name one with --changelog-topic)", err)
+		}
+	}
 	v, err := parseKafkaVersion(o.kafkaVersion)
 	if err != nil {
 		return err
@@ -179,6 +193,28 @@ func (o *runOptions) validate() error {
 		return &usageError{err}
 	}
 	return nil
+}
+
+// The --assignor values.
+const (
+	assignorSticky      = "sticky"
+	assignorCooperative = "cooperative-sticky"
+)
+
+// changelogName is the changelog topic: --changelog-topic, or the default.
+func (o *runOptions) changelogName() string {
+	if o.changelogTopic != "" {
+		return o.changelogTopic
+	}
+	return kafka.ChangelogTopic(o.group, o.topic)
+}
+
+// strategy is the group's balance strategy for --assignor.
+func (o *runOptions) strategy() sarama.BalanceStrategy {
+	if o.assignor == assignorCooperative {
+		return sarama.NewBalanceStrategyCooperativeSticky()
+	}
+	return sarama.NewBalanceStrategySticky()
 }
 
 // attribution is the rules' configuration.
