@@ -17,6 +17,7 @@ import (
 	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/kfetch"
 	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -419,7 +420,8 @@ func (r *Run) execute(ctx context.Context, res *Result) (err error) {
 	if err := createTopics(cfg.Cluster.Addrs(), map[string]int32{r.Input: r.Partitions, r.Output: r.Partitions, r.DLQ: 1}); err != nil {
 		return err
 	}
-	defer deleteTopics(cfg.Cluster.Addrs(), r.Input, r.Output, r.DLQ)
+	// The engine creates its changelog topic itself (differential run --changelog, the default).
+	defer deleteTopics(cfg.Cluster.Addrs(), r.Input, r.Output, r.DLQ, kafka.ChangelogTopic(r.Group, r.Input))
 
 	recs := r.workload()
 	ctx, cancel := context.WithCancel(ctx)
