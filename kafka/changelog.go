@@ -189,6 +189,11 @@ func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err erro
 	prod.Producer.RequiredAcks = sarama.WaitForAll
 	prod.Net.MaxOpenRequests = 1
 	prod.Producer.Retry.Max = max(prod.Producer.Retry.Max, DefaultProducerRetries)
+	if prod.Producer.Retry.BackoffFunc == nil {
+		// The outputs' retry budget (about two minutes): a lost changelog
+		// leader is as fatal to a partition as a lost output leader.
+		prod.Producer.Retry.BackoffFunc = RetryBackoff
+	}
 	prod.Producer.Return.Successes = true
 	prod.Producer.Return.Errors = true
 	prod.Producer.Partitioner = sarama.NewManualPartitioner
