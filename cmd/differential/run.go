@@ -73,7 +73,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	// record kafka.Run finished has ended its span by then.
 	defer stopTracing()
 	h.chainOptions = append(append([]chain.Option(nil), h.chainOptions...), tracing...)
-	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, h)
+	var out chain.Producer = prod
+	if h.wrapProducer != nil {
+		out = h.wrapProducer(prod)
+	}
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}
