@@ -2,6 +2,7 @@ package otelx
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -11,8 +12,9 @@ import (
 // OpenTelemetry services configures differential too). A nil field: the
 // environment does not say.
 type Env struct {
-	// Endpoint is OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
-	// OTEL_EXPORTER_OTLP_ENDPOINT; "" when neither is set.
+	// Endpoint is OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as given), else
+	// OTEL_EXPORTER_OTLP_ENDPOINT (a base URL: a path gets /v1/traces
+	// appended, as the OpenTelemetry SDKs do); "" when neither is set.
 	Endpoint string
 	// EndpointVar names the variable Endpoint came from.
 	EndpointVar string
@@ -45,6 +47,12 @@ func ReadEnv(lookup func(string) (string, bool)) (Env, error) {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		if v := get(k); v != "" {
 			e.Endpoint, e.EndpointVar = v, k
+			// The signal-independent endpoint is a base URL: traces go to
+			// its path + /v1/traces (a URL without a path gets /v1/traces
+			// from Config in any case).
+			if u, err := url.Parse(v); k == "OTEL_EXPORTER_OTLP_ENDPOINT" && err == nil && u.Host != "" && strings.Trim(u.Path, "/") != "" {
+				e.Endpoint = u.JoinPath("v1/traces").String()
+			}
 			break
 		}
 	}

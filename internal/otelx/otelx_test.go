@@ -172,6 +172,13 @@ func TestReadEnv(t *testing.T) {
 	require.True(t, *e.ParentBased)
 	require.False(t, e.Disabled)
 
+	e, err = otelx.ReadEnv(lookup(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://gw.example/otlp/"}))
+	require.NoError(t, err)
+	require.Equal(t, "https://gw.example/otlp/v1/traces", e.Endpoint, "a base URL's path gets /v1/traces")
+	e, err = otelx.ReadEnv(lookup(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://c:4318", e.Endpoint, "no path: Config adds /v1/traces")
+
 	for sampler, want := range map[string]struct {
 		ratio float64
 		pb    bool
