@@ -48,6 +48,9 @@ type Tracer struct {
 	fields [][]byte // the header keys prop writes (replaced by Inject)
 	static []attribute.KeyValue
 	key    bool
+	// startOpts are the options of every span (built once: an option is an
+	// allocation).
+	startOpts []trace.SpanStartOption
 
 	// names maps a stage to its span name; copied on write (stages are
 	// few), so a lookup takes no lock and allocates nothing.
@@ -100,6 +103,7 @@ func New(tp trace.TracerProvider, opts ...Option) *Tracer {
 	for _, f := range t.prop.Fields() {
 		t.fields = append(t.fields, []byte(f))
 	}
+	t.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	m := map[string]string{}
 	t.names.Store(&m)
 	return t
@@ -132,7 +136,7 @@ func (t *Tracer) spanName(stage string) string {
 // ev's headers (a new trace when they carry none, or an invalid one).
 func (t *Tracer) Start(stage string, ev *chain.Event) chain.RecordSpan {
 	ctx := t.prop.Extract(context.Background(), carrier{h: &ev.Headers})
-	ctx, span := t.tracer.Start(ctx, t.spanName(stage), trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, t.spanName(stage), t.startOpts...)
 	s := &recordSpan{t: t, ctx: ctx, span: span}
 	if span.IsRecording() {
 		s.start = time.Now()
