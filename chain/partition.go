@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -38,6 +39,11 @@ type partitionRun struct {
 	mgr    *commit.Manager
 
 	stop context.CancelFunc // stops fetching and dispatching
+	// failed is closed at the first fatal error (a key-scoped stage's
+	// drain stops waiting for its leader then).
+	failed chan struct{}
+	// seed hashes record keys for the key-scoped gate (keyHash).
+	seed maphash.Seed
 
 	mu struct {
 		sync.Mutex
@@ -65,7 +71,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		c: c, topic: a.Topic, partition: a.Partition,
 		src: a.Source, committer: a.Committer,
 		log:   c.cfg.logger.With("topic", a.Topic, "partition", a.Partition),
-		start: -1,
+		start: -1, failed: make(chan struct{}), seed: maphash.MakeSeed(),
 	}
 	p.committed.Store(a.Committed)
 	if c.cfg.store != nil {
@@ -195,6 +201,7 @@ func (p *partitionRun) fail(err error) {
 	first := p.mu.err == nil
 	if first {
 		p.mu.err = err
+		close(p.failed)
 	}
 	p.mu.Unlock()
 	if first {
@@ -309,7 +316,7 @@ func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *
 	g.fetchAndCommit.Go(func() { p.commitLoop(runCtx) })
 	var loops sync.WaitGroup
 	for _, s := range p.stages {
-		s.startWorkers(runCtx, workCtx)
+		s.startWorkers(workCtx)
 		loops.Go(func() {
 			if err := s.loop(runCtx); err != nil {
 				p.fail(err)

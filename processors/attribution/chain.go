@@ -12,14 +12,16 @@ import (
 // Chain returns the click → install → purchase stages (names StageClick,
 // StageInstall, StagePurchase), each filtering by Decoded.Type, for a chain
 // whose Decoder is Decoder(cfg). It panics if cfg is invalid (see
-// Config.Validate). The processors are safe for KeyConcurrency > 1; the
-// engine's follower gate must use cfg.Lateness.
+// Config.Validate). The processors are safe for KeyConcurrency > 1 and for
+// the key-scoped gate, which the followers use (Gate = chain.GateKey: an
+// install waits only for its own user's clicks, a purchase for its own
+// user's installs); the engine's follower gate must use cfg.Lateness.
 func Chain(cfg Config) []chain.Stage {
 	cfg.mustValidate("attribution.Chain")
 	return []chain.Stage{
 		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg}},
-		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}},
-		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}},
+		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}, Gate: chain.GateKey},
+		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}, Gate: chain.GateKey},
 	}
 }
 
