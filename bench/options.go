@@ -57,6 +57,10 @@ type Options struct {
 	// BufferSize is the chain's handoff buffer per partition
 	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
 	BufferSize int
+	// Gate is the follower gate scope of the chain design's attribution
+	// chain (attribution.Wiring.Gate): chain.GateKey (the default; an
+	// install waits only for its own user's clicks) or chain.GatePartition.
+	Gate chain.GateScope
 	// PollingBufferSize is the tiny buffer of the polling-fallback
 	// measurement (B): followers fall out of it and poll Kafka. Default 32.
 	PollingBufferSize int
@@ -135,6 +139,9 @@ func (o Options) withDefaults() Options {
 	if o.Store == "" {
 		o.Store = "pebble"
 	}
+	if o.Gate == "" {
+		o.Gate = chain.GateKey
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -169,6 +176,9 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
+		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
+	}
 	return errors.Join(errs...)
 }
 

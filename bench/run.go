@@ -639,7 +639,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
 		}
-		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting},
+		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.Gate, Stages: costs, Decoder: counting},
 			chain.WithStore(st), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf),
 			chain.WithObserver(chainObserver{d.prog, purchaseStage}), chain.WithLogger(o.Logger))

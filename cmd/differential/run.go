@@ -62,7 +62,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer stop()
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
-		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "key_concurrency", o.keyConcurrency)
+		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	err = kafka.Run(ctx, ch, kafka.Config{
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg,
