@@ -292,6 +292,7 @@ func (p *partitionRun) locateStart(ctx context.Context) ([]Record, error) {
 func (p *partitionRun) build() {
 	cfg := &p.c.cfg
 	p.ring = buffer.New[Event](cfg.bufferSize, p.start, offsetOf)
+	p.ring.LimitReadAhead(readAhead(cfg))
 	p.stages = make([]*stageRun, len(p.c.stages))
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
@@ -299,6 +300,34 @@ func (p *partitionRun) build() {
 	p.ready.Store(true)
 	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
 }
+
+// discardRead drops from the buffer the records every stage has read
+// (below the slowest stage's read position), so the buffer holds no
+// pointers to records nobody will read: with one stage, or followers
+// right behind the first, it holds little more than what is fetched ahead
+// (README "Why the misses": every GC cycle traced the whole buffer and the
+// fetch responses its records kept alive). Called by the first stage
+// before each read; the others' positions are read atomically (a stage's
+// is at most a batch behind its cursor, so the bound is safe).
+func (p *partitionRun) discardRead() {
+	slowest := int64(math.MaxInt64)
+	for _, s := range p.stages {
+		slowest = min(slowest, s.readPos.Load())
+	}
+	p.ring.Discard(slowest)
+}
+
+// readAhead is how far the fetcher may run ahead of the first stage: a few
+// batches. The rest of the buffer holds what the first stage has read for
+// its followers. Without the limit the fetcher filled the whole buffer
+// ahead of a first stage that was slower than it (the no-op chain's, for
+// one), so every record was read long after it was written, out of the
+// cache (README "Why the misses").
+func readAhead(cfg *config) int {
+	return min(cfg.bufferSize, readAheadBatches*cfg.batchSize)
+}
+
+const readAheadBatches = 4
 
 // goroutines are a running partition's: the fetcher and the commit loop
 // (fetchAndCommit), and the stages with their workers (loopsDone is closed

@@ -61,6 +61,11 @@ type stageRun struct {
 	outstanding atomic.Int64
 	drained     signal
 
+	// readPos is the cursor as of the stage's last read of a batch: the
+	// stage will never read below it again. The first stage discards what
+	// every stage has passed (partitionRun.discardRead).
+	readPos atomic.Int64
+
 	// Owned by the stage goroutine.
 	cursor int64
 	stream int64 // S(cursor): largest valid event time below cursor (unix nanos)
@@ -95,6 +100,7 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 		}
 	}
 	s.rd.store(cp.Next, cp.Watermark)
+	s.readPos.Store(cp.Next)
 	if p.ps != nil {
 		s.state = p.ps.Stage(i)
 	}
@@ -187,8 +193,12 @@ func (s *stageRun) closePoller() {
 // switch neither skips nor repeats an offset (DESIGN I2).
 func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 	ring := s.p.ring
+	s.readPos.Store(s.cursor)
 	for {
 		if s.mode.Load() == modeBuffered {
+			if s.idx == 0 {
+				s.p.discardRead()
+			}
 			var b []Event
 			var err error
 			if s.kg != nil {
@@ -244,13 +254,16 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 
 // backInBuffer reports whether a polling stage should read the buffer again:
 // its cursor is covered with a quarter of the buffer to spare before the
-// writer would evict it again (or it caught up with the buffer's head).
-// Without the margin a follower slightly slower than the fetcher would flip
-// modes at every batch.
+// writer would evict it again — free slots plus records below the cursor —
+// or it caught up with the buffer's head. Without the margin a follower
+// slightly slower than the fetcher would flip modes at every batch.
 func (s *stageRun) backInBuffer() bool {
 	ring := s.p.ring
-	low, high := ring.Low(), ring.High()
-	return s.cursor >= high || s.cursor >= low+int64(ring.Cap()/4)
+	if s.cursor >= ring.High() {
+		return true
+	}
+	covered, room := ring.Room(s.cursor)
+	return covered && room >= ring.Cap()/4
 }
 
 // handle begins one record: gate, stream time, tracker, then skip, dead
