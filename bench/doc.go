@@ -53,7 +53,11 @@
 // chain (a cheap decoder, no store, no producer) on a larger input of the
 // same shape (3 runs each, alternating, median), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
-// fall out of the buffer and poll Kafka themselves.
+// fall out of the buffer and poll Kafka themselves. With Options.Velocity,
+// B's throughput phase also runs the chain with the attribution chain's
+// velocity stage after the plain chain in every repeat, checked like the
+// others (alerts included), and reports its throughput ratio and added CPU
+// and elapsed time per record (velocity.go).
 //
 // # How it measures
 //

@@ -89,6 +89,11 @@ type Options struct {
 	Dir string
 	// Timeout bounds one design run (stall detection). Default 10m.
 	Timeout time.Duration
+	// Velocity > 0: workload B also runs the chain with the velocity stage
+	// (attribution.DefaultVelocity(Velocity)) after the plain chain in each
+	// repeat of the throughput phase, checks it, and reports its cost per
+	// record (see velocity.go). Default 0: not run.
+	Velocity time.Duration
 	// Progress receives one line per step (the CLI passes stderr). Default:
 	// discard.
 	Progress io.Writer
@@ -178,6 +183,12 @@ func (o Options) validate() error {
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
 	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
 		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
+	}
+	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
+	if o.Velocity > 0 {
+		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
+		}
 	}
 	return errors.Join(errs...)
 }

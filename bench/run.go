@@ -103,6 +103,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		kinds = append(kinds, kindMicroBatchKey)
 	}
 	runs := map[kind][]*DesignResult{}
+	vel, velResult := h.velocitySpec(pt, input, recs)
 	for range h.o.Repeats {
 		for _, k := range kinds {
 			r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: input, exp: exp})
@@ -111,9 +112,21 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 			}
 			runs[k] = append(runs[k], r)
 		}
+		if vel != nil {
+			r, err := h.measure(ctx, *vel)
+			if err != nil {
+				return wr, err
+			}
+			runs[kindVelocity] = append(runs[kindVelocity], r)
+		}
 	}
 	wr.Chain, wr.MicroBatch = median(runs[kindChain]), median(runs[kindMicroBatch])
 	wr.MicroBatchKey = median(runs[kindMicroBatchKey])
+	if velResult != nil {
+		velResult.Chain = median(runs[kindVelocity])
+		velResult.finish(wr.Chain, len(recs))
+		wr.Velocity = velResult
+	}
 	if pt.ceiling {
 		if err := h.ceilings(ctx, pt, wr); err != nil {
 			return wr, err
@@ -236,6 +249,8 @@ type runSpec struct {
 	// latency is measured for the outputs of exp.recs[warm:warm+measured].
 	paceRate       float64
 	warm, measured int
+	// cfg, when set, replaces the harness's rules (the velocity runs).
+	cfg *attribution.Config
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -623,6 +638,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	}
 	lim := newLimiter(W)
 	d.lim = lim
+	cfg := h.cfg
+	if s.cfg != nil {
+		cfg = *s.cfg // the velocity runs
+	}
 	// Both designs: every processor takes a slot of the W-slot limiter
 	// around its simulated cost; every decoded record is counted.
 	costs := func(stages []chain.Stage) []chain.Stage {
@@ -634,15 +653,15 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	counting := func(dec chain.Decoder) chain.Decoder { return countingDecoder{dec, d.prog} }
 
 	switch s.kind {
-	case kindChain, kindPolling:
+	case kindChain, kindPolling, kindVelocity:
 		buf := o.BufferSize
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
 		}
-		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.Gate, Stages: costs, Decoder: counting},
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.Gate, Stages: costs, Decoder: counting},
 			chain.WithStore(st), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf),
-			chain.WithObserver(chainObserver{d.prog, purchaseStage}), chain.WithLogger(o.Logger))
+			chain.WithObserver(chainObserver{d.prog, lastStage(cfg)}), chain.WithLogger(o.Logger))
 		if err != nil {
 			d.close()
 			return nil, err
@@ -668,9 +687,15 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	return d, nil
 }
 
-// purchaseStage is the index of the attribution chain's last stage
-// (attribution.Chain: click, install, purchase).
-const purchaseStage = 2
+// lastStage is the index of the attribution chain's last stage, purchase
+// (attribution.Chain: click, install, purchase; click, velocity, install,
+// purchase with the velocity stage).
+func lastStage(cfg attribution.Config) int {
+	if cfg.Velocity.Enabled() {
+		return 3
+	}
+	return 2
+}
 
 // chainRun binds ch to the topic with the kafka adapter.
 func (h *harness) chainRun(ch *chain.Chain, topic, group string, assigned func(int)) func(context.Context) error {

@@ -461,5 +461,5 @@ func (s *stageRun) readKeyedBuffer(ctx context.Context) ([]Event, error) {
 
 // keyHash is the key identity of the key-scoped gate (see keyTable).
 func (p *partitionRun) keyHash(key []byte) uint64 {
-	return maphash.Bytes(p.seed, key)
+	return maphash.Bytes(p.keySeed, key)
 }

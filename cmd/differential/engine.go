@@ -22,6 +22,9 @@ type engineSettings struct {
 	commitInterval time.Duration
 	shutdown       time.Duration
 	output, dlq    string
+	// alerts is the velocity stage's topic ("" = output), when the rules'
+	// Velocity is enabled.
+	alerts string
 }
 
 // defaultEngineSettings are the chain's defaults, one record at a time per
@@ -36,7 +39,8 @@ func defaultEngineSettings() engineSettings {
 }
 
 // newAttributionChain builds the click -> install -> purchase chain for the
-// rules with the store, the producer, the shared metrics registry and the
+// rules (with the velocity stage when rules.Velocity is enabled, its metrics
+// in reg) with the store, the producer, the shared metrics registry and the
 // logger.
 func newAttributionChain(rules attribution.Config, s engineSettings, st chain.Store, prod chain.Producer, reg metrics.Registry, log *slog.Logger, h hooks) (*chain.Chain, error) {
 	opts := []chain.Option{
@@ -52,7 +56,16 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		chainmetrics.Option(reg),
 		chain.WithLogger(log),
 	}
-	w := attribution.Wiring{KeyConcurrency: s.keyConcurrency, Gate: chain.GateScope(s.gate), Stages: h.wrapStages}
+	wire := func(stages []chain.Stage) []chain.Stage {
+		if vp := attribution.VelocityOf(stages); vp != nil && reg != nil {
+			vp.RegisterMetrics(reg) // for the process's lifetime, like the registry
+		}
+		if h.wrapStages != nil {
+			stages = h.wrapStages(stages)
+		}
+		return stages
+	}
+	w := attribution.Wiring{KeyConcurrency: s.keyConcurrency, Gate: chain.GateScope(s.gate), AlertsTopic: s.alerts, Stages: wire}
 	return attribution.NewChainWith(rules, w,
 		append(opts, h.chainOptions...)...)
 }

@@ -120,12 +120,12 @@ func bySource(t *testing.T, msgs []chain.Message) map[string]string {
 	return out
 }
 
-// hotUserSlow makes the click and install stages take 3ms (fake time) for
-// the records of the workload's most frequent user and 100µs for the
-// others: the hot user paces every other user under the partition gate.
+// hotUserSlow makes every stage but the last take 3ms (fake time) for the
+// records of the workload's most frequent user and 100µs for the others:
+// the hot user paces every other user under the partition gate.
 func hotUserSlow(hot string) func([]chain.Stage) []chain.Stage {
 	return func(stages []chain.Stage) []chain.Stage {
-		for i := range 2 {
+		for i := range len(stages) - 1 {
 			stages[i].Processor = hotSlow{stages[i].Processor, hot}
 		}
 		return stages
@@ -183,15 +183,18 @@ func TestKeyScopeEqualsPartitionScopeAndModel(t *testing.T) {
 		buffer   int
 		keyConc  int
 		plan     scopePlan
+		velocity bool // click → velocity → install → purchase
 	}{
-		{"defaults", 0, 0, 8192, 0, scopePlan{}},
-		{"lateness-10m-distance-5", 10 * time.Minute, 5, 8192, 0, scopePlan{}},
-		{"lateness-3h-key-parallel", 3 * time.Hour, 0, 8192, 8, scopePlan{}},
-		{"key-parallel-tiny-buffer-polling", 0, 2, 16, 8, scopePlan{}},
-		{"restarts", 10 * time.Minute, 3, 256, 4, scopePlan{restarts: 6}},
-		{"restarts-polling", 0, 0, 16, 8, scopePlan{restarts: 4}},
-		{"bursts-idle-release", 0, 0, 8192, 4, scopePlan{bursts: 6}},
-		{"bursts-idle-release-lateness-1h", time.Hour, 4, 64, 0, scopePlan{bursts: 5}},
+		{"defaults", 0, 0, 8192, 0, scopePlan{}, false},
+		{"lateness-10m-distance-5", 10 * time.Minute, 5, 8192, 0, scopePlan{}, false},
+		{"lateness-3h-key-parallel", 3 * time.Hour, 0, 8192, 8, scopePlan{}, false},
+		{"key-parallel-tiny-buffer-polling", 0, 2, 16, 8, scopePlan{}, false},
+		{"restarts", 10 * time.Minute, 3, 256, 4, scopePlan{restarts: 6}, false},
+		{"restarts-polling", 0, 0, 16, 8, scopePlan{restarts: 4}, false},
+		{"bursts-idle-release", 0, 0, 8192, 4, scopePlan{bursts: 6}, false},
+		{"bursts-idle-release-lateness-1h", time.Hour, 4, 64, 0, scopePlan{bursts: 5}, false},
+		{"velocity-key-parallel", 10 * time.Minute, 2, 8192, 8, scopePlan{}, true},
+		{"velocity-restarts-polling", 0, 0, 16, 4, scopePlan{restarts: 4}, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,6 +203,10 @@ func TestKeyScopeEqualsPartitionScopeAndModel(t *testing.T) {
 			cfg := attribution.DefaultConfig()
 			cfg.Lateness = tc.lateness
 			cfg.MaxRecordBytes = scopeMaxRecordBytes
+			if tc.velocity {
+				cfg.Velocity = attribution.DefaultVelocity(time.Hour)
+				cfg.Velocity.Threshold = 2
+			}
 			opts := []chain.Option{chain.WithOffsetDistance(tc.distance), chain.WithBufferSize(tc.buffer),
 				chain.WithBatchSize(min(tc.buffer, 64)), chain.WithInFlight(128)}
 			runs := map[chain.GateScope]*scopeRun{}
@@ -216,6 +223,9 @@ func TestKeyScopeEqualsPartitionScopeAndModel(t *testing.T) {
 							reference.FromMessages(runs[gate].dead), reference.Options{Order: order})
 						require.True(t, r.OK(), "%s gate: %s\n%v", gate, r.Summary(), r.Problems)
 						require.Greater(t, r.Outputs().Want, 500)
+						if tc.velocity {
+							require.Greater(t, r.Alerts.Matched, 10, "the workload must raise alerts")
+						}
 					}
 				})
 			}
