@@ -51,9 +51,12 @@ func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
 }
 
 // dispatch hands a begun record to a worker, or queues it behind its key.
-// It blocks while every worker is busy. If the stage stops meanwhile, the
-// record — the last one the stage began, its key's only one — is dropped
-// (not processed, not committed: nothing after it was begun).
+// It blocks while every worker is busy. If ctx ends meanwhile, the record —
+// the last one the stage began, its key's only one — is dropped (not
+// processed, not committed: nothing after it was begun). A stage whose
+// follower is key-scoped, and a key-scoped stage, pass the work context:
+// their begun records are waited for (see keyGate), so only the shutdown
+// timeout drops them.
 func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh uint64) error {
 	d.mu.Lock()
 	j := d.newJobLocked()

@@ -491,3 +491,47 @@ func TestKeyGateFatalErrorDoesNotWaitForTheShutdownTimeout(t *testing.T) {
 		require.Equal(t, int64(2), commits[len(commits)-1].Offset)
 	})
 }
+
+// TestKeyGateStopWithLeaderWaitingForAWorker: a stop finds the leader (key-
+// parallel, every worker busy) waiting to dispatch a record it has begun —
+// and published as begun, so its key-scoped follower admitted records that
+// wait for it. The leader must run that record in the drain (not drop it, as
+// a stage with a partition-scoped follower may): else the follower's drain
+// waits for it until the shutdown timeout and the stop is not clean.
+func TestKeyGateStopWithLeaderWaitingForAWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hold := make(chan struct{})
+		lead := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+			if k := string(e.Key); k == "a" || k == "b" {
+				<-hold
+			}
+			return nil
+		})
+		var followed sync.Map
+		stages := []chain.Stage{
+			{Name: "lead", Processor: lead, KeyConcurrency: 2},
+			{Name: "follow", Gate: chain.GateKey, Filter: typeFilter("install"), Processor: chain.ProcessorFunc(func(_ context.Context, _ *chain.Context, e *chain.Event) error {
+				followed.Store(e.Offset, true)
+				return nil
+			})},
+		}
+		tt := chaintest.New(t, stages, testDecoder, chain.WithShutdownTimeout(time.Hour))
+		tt.Start(0)
+		// The follower skips clicks: it admits each once the leader has
+		// begun it, and the skip waits only for the leader's record of the
+		// same key (a′).
+		for i, k := range []string{"a", "b", "c", "c"} {
+			tt.Append(0, chaintest.Rec(k, ev("click", i), base))
+		}
+		synctest.Wait() // a, b on the workers; c@2 begun, waiting for a worker
+		stopped := make(chan error, 1)
+		start := time.Now()
+		go func() { stopped <- tt.Stop() }()
+		synctest.Wait()
+		close(hold)
+		require.NoError(t, <-stopped)
+		require.Less(t, time.Since(start), time.Minute, "a clean stop, not the shutdown timeout")
+		commits := tt.Commits(0)
+		require.Equal(t, int64(3), commits[len(commits)-1].Offset, "offsets 0..2 complete in both stages")
+	})
+}

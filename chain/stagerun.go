@@ -318,7 +318,15 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		}
 	}
 	if s.disp != nil {
-		return s.disp.dispatch(ctx, ev, streamBefore, kh)
+		dctx := ctx
+		if s.keys != nil {
+			// A key-scoped follower may already wait for this record (it
+			// was published as begun): a stop must not drop it, or the
+			// follower's drain would wait for it until the shutdown
+			// timeout. The workers run until the loop is done.
+			dctx = s.work
+		}
+		return s.disp.dispatch(dctx, ev, streamBefore, kh)
 	}
 	return s.process(s.pc, ev, streamBefore, kh)
 }
