@@ -93,6 +93,11 @@ type Bound struct {
 	// best; Time ≤ ChainOrderTime.
 	ChainOrderPath time.Duration `json:"chain_order_path_ns"`
 	ChainOrderTime time.Duration `json:"chain_order_time_ns"`
+	// KeyOrderPath and KeyOrderTime are the same under the key-scoped gate
+	// (keyOrderPath: a follower waits only for its leader's records of the
+	// same key); LongestChain ≤ KeyOrderPath ≤ ChainOrderPath.
+	KeyOrderPath time.Duration `json:"key_order_path_ns"`
+	KeyOrderTime time.Duration `json:"key_order_time_ns"`
 }
 
 func newExpectation(recs []workload.Record, partitions, workers int, cfg attribution.Config, idle time.Duration) *expectation {
@@ -151,6 +156,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 			keys[string(r.Key)] += c
 		}
 		e.bound.ChainOrderPath = max(e.bound.ChainOrderPath, chainOrderPath(path, cfg.Lateness, idle))
+		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
 		e.gateOf(int32(p), path, cfg.Lateness)
 	}
 	for _, c := range chains {
@@ -162,6 +168,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 	e.bound.Workers = workers
 	e.bound.Time = max(e.bound.TotalCost/time.Duration(workers), e.bound.LongestChain)
 	e.bound.ChainOrderTime = max(e.bound.TotalCost/time.Duration(workers), e.bound.ChainOrderPath)
+	e.bound.KeyOrderTime = max(e.bound.TotalCost/time.Duration(workers), e.bound.KeyOrderPath)
 	return e
 }
 
