@@ -12,8 +12,11 @@ import (
 // completed u's records at offsets ≤ x and, when the follower processes
 // it, below q(t + lateness) — the first offset whose prefix maximum of
 // event times exceeds t + lateness; without such an offset, for the
-// leader's idle release (its last completion + idle). One key's records of
-// a stage run in offset order; a skipped record costs nothing but
+// leader's idle release: once it has completed everything, and no sooner
+// than idle after the run's start (the engine releases IdleTimeout after
+// the last record was appended, not after the leader's last completion:
+// leaderEnd + idle would not be a lower bound). One key's records of a
+// stage run in offset order; a skipped record costs nothing but
 // completes only after its gate (positions stay contiguous). It is at most
 // chainOrderPath (the key rule waits for a subset of what the partition
 // rule waits for), and at least the longest key×stage chain.
@@ -87,7 +90,7 @@ func keyOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duration 
 						// q = j+1: the leader's records of u at offsets <= j.
 						gate = max(gate, waitFor(r.key, j))
 					} else {
-						gate = max(gate, leaderEnd+idle)
+						gate = max(gate, leaderEnd, idle)
 					}
 				}
 			}

@@ -101,9 +101,11 @@ func TestChainOrderPath(t *testing.T) {
 		{valid: true, stage: 0, t: 10, key: "u", cost: 5 * ms}, // click: 0 → 5
 		{valid: true, stage: 1, t: 11, key: "u", cost: 2 * ms}, // install: leader past offset 2 (t 12 > 11): 5 → 7
 		{valid: true, stage: 0, t: 12, key: "v", cost: 1 * ms}, // click: 0 → 1
-		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms}, // purchase: no later time: idle after install stage's end 7 → 107 → 110
+		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms}, // purchase: no later time: idle release at max(install stage's end 7, idle 100) → 103
 	}
-	require.Equal(t, 110*ms, chainOrderPath(log, 0, 100*ms))
+	require.Equal(t, 103*ms, chainOrderPath(log, 0, 100*ms))
+	// A leader that ends after the idle timeout releases when it ends.
+	require.Equal(t, 10*ms, chainOrderPath(log, 0, 2*ms))
 }
 
 // TestKeyOrderPath walks one small log by hand under the key-scoped gate:
@@ -130,7 +132,8 @@ func TestKeyOrderPath(t *testing.T) {
 		{valid: true, stage: 0, t: 12, key: "v", cost: 1 * ms},
 		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms},
 	}
-	require.Equal(t, 110*ms, keyOrderPath(same, 0, 100*ms))
+	require.Equal(t, 103*ms, keyOrderPath(same, 0, 100*ms))
+	require.Equal(t, 10*ms, keyOrderPath(same, 0, 2*ms))
 	// A duplicate costs nothing but still waits for its gate; a skipped
 	// record of another key does not hold u's.
 	dup := []pathRecord{

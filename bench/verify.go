@@ -87,7 +87,9 @@ type Bound struct {
 	// rules with unlimited workers and no engine overhead: a stage begins
 	// offset o when its leader has completed every offset below o+1 and (for
 	// a record it processes) the leader's watermark exceeds t+Lateness (or
-	// the leader is idle: IdleTimeout after it finished), and one key's
+	// the leader is idle: once it finished, and no sooner than IdleTimeout
+	// after the run's start — the input is fetched from the start and the
+	// engine releases IdleTimeout after the last append), and one key's
 	// records of a stage run one after another. ChainOrderTime =
 	// max(TotalCost/W, ChainOrderPath) is what the chain could reach at
 	// best; Time ≤ ChainOrderTime.
@@ -236,7 +238,10 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 					if j < n {
 						gate = max(gate, prev[j])
 					} else {
-						gate = max(gate, prev[n-1]+idle)
+						// Idle release: the leader has completed
+						// everything and nothing was appended for idle
+						// (the input is fetched from the run's start).
+						gate = max(gate, prev[n-1], idle)
 					}
 				}
 				fin := gate
