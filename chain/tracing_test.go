@@ -99,14 +99,16 @@ func (d dedup) Sequence(_ *chain.Context, ev *chain.Event) (bool, error) {
 // record left the stage — and records a stage's filter skips get none;
 // the processor's context is the span's. In strict and key-parallel stages.
 func TestTracerHooks(t *testing.T) {
-	for _, keyConc := range []int{1, 4} {
-		t.Run(fmt.Sprintf("key-concurrency=%d", keyConc), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testTracerHooks(t, keyConc) })
-		})
+	for _, gate := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+		for _, keyConc := range []int{1, 4} {
+			t.Run(fmt.Sprintf("gate=%s/key-concurrency=%d", gate, keyConc), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { testTracerHooks(t, gate, keyConc) })
+			})
+		}
 	}
 }
 
-func testTracerHooks(t *testing.T, keyConc int) {
+func testTracerHooks(t *testing.T, gate chain.GateScope, keyConc int) {
 	ft := newFakeTracer()
 	var ctxSpans sync.Map // offset → the span id the processor's context carried
 	proc := func(emit int) chain.Processor {
@@ -125,8 +127,8 @@ func testTracerHooks(t *testing.T, keyConc int) {
 	}
 	stages := []chain.Stage{
 		{Name: "click", Filter: typeFilter("click"), Processor: proc(1), KeyConcurrency: keyConc},
-		{Name: "install", Filter: typeFilter("install"), Processor: proc(2), KeyConcurrency: keyConc},
-		{Name: "purchase", Filter: typeFilter("purchase"), Processor: dedup{proc(0)}},
+		{Name: "install", Filter: typeFilter("install"), Processor: proc(2), KeyConcurrency: keyConc, Gate: gate},
+		{Name: "purchase", Filter: typeFilter("purchase"), Processor: dedup{proc(0)}, Gate: gate},
 	}
 	tt := chaintest.New(t, stages, testDecoder, chain.WithTracer(ft))
 	tt.Start(0)

@@ -275,13 +275,24 @@ func TestUnsampledStillPropagates(t *testing.T) {
 	})
 }
 
-// TestKeyParallelTracing runs key-parallel stages with acknowledgements on
-// other goroutines (for -race): every output still carries its own stage
-// span, a child of its input's traceparent.
+// TestKeyParallelTracing runs key-parallel stages, under the partition and
+// the key-scoped gate, with acknowledgements on other goroutines (for
+// -race): every output still carries its own stage span, a child of its
+// input's traceparent.
 func TestKeyParallelTracing(t *testing.T) {
+	for _, gate := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+		t.Run(string(gate), func(t *testing.T) { testKeyParallelTracing(t, gate) })
+	}
+}
+
+func testKeyParallelTracing(t *testing.T, gate chain.GateScope) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	tt := chaintest.New(t, stages(nil, 4), decoder, chain.WithTracer(chainotel.New(tp)), chain.WithIdleTimeout(time.Millisecond))
+	st := stages(nil, 4)
+	for i := 1; i < len(st); i++ {
+		st[i].Gate = gate
+	}
+	tt := chaintest.New(t, st, decoder, chain.WithTracer(chainotel.New(tp)), chain.WithIdleTimeout(time.Millisecond))
 	tt.SetAckMode(chaintest.AckAsync)
 	tt.Start(0)
 	types := []string{"click", "install", "purchase"}
