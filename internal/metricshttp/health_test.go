@@ -93,7 +93,7 @@ func TestHealthLeaderAndCommitStalls(t *testing.T) {
 	idle := func(p int32) chain.PartitionStats {
 		return chain.PartitionStats{Topic: "events", Partition: p, HighWatermark: 100,
 			LeaderContact: now.Add(-time.Second),
-			Stages: []chain.StageStats{{Name: "click", Position: 100, Lag: 0, LastProgress: now.Add(-time.Hour)}}}
+			Stages:        []chain.StageStats{{Name: "click", Position: 100, Lag: 0, LastProgress: now.Add(-time.Hour)}}}
 	}
 	stats := []chain.PartitionStats{idle(0), idle(1)}
 	h := &Health{Stats: func() []chain.PartitionStats { return stats }, StallTimeout: 5 * time.Second,
