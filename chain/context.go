@@ -87,6 +87,20 @@ func (b *boundState) Delete(key []byte) error {
 	return b.ss.Delete(b.offset, key)
 }
 
+func (b *boundState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.Scan(lo, hi, fn)
+}
+
+func (b *boundState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.ScanReverse(lo, hi, fn)
+}
+
 // TestContext describes a standalone Context for unit-testing a processor
 // without running a chain.
 type TestContext struct {

@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/RaduBerinde/btreemap"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
@@ -86,6 +89,13 @@ type partitionStore struct {
 		closed  bool
 		seq     uint64
 		overlay map[string]*okey
+		// keys holds the overlay's entries in key order, for scans (get
+		// uses the map).
+		keys *btreemap.BTreeMap[string, *okey]
+		// gen counts the times overlay entries were dropped after their
+		// writes were persisted (and Resets): a scan that sees it change
+		// refreshes its backend iterator (see scanner).
+		gen     uint64
 		pending [][]write // per stage, in seq order (offsets in any order)
 	}
 }
@@ -111,6 +121,7 @@ func newPartitionStore(e *engine, topic string, partition int32, stages []string
 	p.ckpt.n = make([]int, len(stages))
 	p.ckpt.taken = make([][]write, len(stages))
 	p.mu.overlay = make(map[string]*okey)
+	p.mu.keys = btreemap.New[string, *okey](16, strings.Compare)
 	p.mu.pending = make([][]write, len(stages))
 	return p
 }
@@ -180,6 +191,7 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 	if k == nil {
 		k = &okey{key: string(key)}
 		p.mu.overlay[k.key] = k
+		p.mu.keys.ReplaceOrInsert(k.key, k)
 	}
 	p.mu.seq++
 	k.enc, k.seq = enc, p.mu.seq
@@ -446,6 +458,7 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []stri
 			k.floor = max(k.floor, w.seq)
 			if k.pending--; k.pending == 0 {
 				delete(p.mu.overlay, k.key)
+				p.mu.keys.Delete(k.key)
 			}
 		}
 		j += copy(l[j:], l[n:])
@@ -457,6 +470,7 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []stri
 			k.enc = nil
 		}
 	}
+	p.mu.gen++
 }
 
 // clearScratch drops the scratch's references to writes and keys, so that a
@@ -547,6 +561,8 @@ func (p *partitionStore) Close() error {
 
 func (p *partitionStore) dropLocked() {
 	clear(p.mu.overlay)
+	p.mu.keys.Clear(false)
+	p.mu.gen++
 	for i := range p.mu.pending {
 		p.mu.pending[i] = nil
 	}
@@ -592,4 +608,18 @@ func (s *stageState) Set(offset int64, key, value []byte, expires time.Time) err
 // Delete deletes key for the record at offset.
 func (s *stageState) Delete(offset int64, key []byte) error {
 	return s.p.write("delete", s.stage, offset, key, nil)
+}
+
+// Scan calls fn with every entry whose key is in [lo, hi) (hi nil: no upper
+// bound), in ascending key order, until fn returns false. It sees what Get
+// sees. key and value are valid only during the call and must not be
+// modified; lo and hi must not change during the scan. fn may call the
+// state; whether the scan sees writes made after it began is unspecified.
+func (s *stageState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	return s.p.scan(lo, hi, false, fn)
+}
+
+// ScanReverse is Scan in descending key order.
+func (s *stageState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	return s.p.scan(lo, hi, true, fn)
 }

@@ -66,10 +66,16 @@ func checkFormat(pdb *pebble.DB) error {
 		return fmt.Errorf("store: read format version: %w", err)
 	}
 	defer closer.Close()
-	if !bytes.Equal(v, binary.BigEndian.AppendUint32(nil, formatVersion)) {
-		return fmt.Errorf("%w: format version %x, want %d", ErrCorrupt, v, formatVersion)
+	switch {
+	case bytes.Equal(v, binary.BigEndian.AppendUint32(nil, formatVersion)):
+		return nil
+	case len(v) == 4 && binary.BigEndian.Uint32(v) < formatVersion:
+		return fmt.Errorf("%w: format %d, this version reads format %d (the attribution state is one key per click "+
+			"and per install since format 2) and does not convert it; remove the directory to start with empty windows "+
+			"(the stages resume at their committed positions, as after a move to another instance)",
+			ErrOldFormat, binary.BigEndian.Uint32(v), formatVersion)
 	}
-	return nil
+	return fmt.Errorf("%w: format version %x, want %d", ErrCorrupt, v, formatVersion)
 }
 
 // Close closes every open partition (waiting for a checkpoint in progress
@@ -83,25 +89,99 @@ func (db *DB) Close() error {
 
 // pebbleBackend guards the *pebble.DB against use after Close (Pebble
 // panics then): every operation holds the read lock, Close the write lock.
+// Iterators live across calls (a scan runs the caller's code between its
+// steps), so instead of the lock they hold a count in iters, registered
+// under the read lock; Close stops new ones and waits for the open ones.
 type pebbleBackend struct {
 	mu struct {
 		sync.RWMutex
 		db *pebble.DB // nil once closed
 	}
+	iters sync.WaitGroup
 }
 
 func (pb *pebbleBackend) close() error {
 	pb.mu.Lock()
-	defer pb.mu.Unlock()
-	if pb.mu.db == nil {
+	db := pb.mu.db
+	pb.mu.db = nil
+	pb.mu.Unlock()
+	if db == nil {
 		return nil
 	}
-	err := pb.mu.db.Close()
-	pb.mu.db = nil
-	if err != nil {
+	pb.iters.Wait()
+	if err := db.Close(); err != nil {
 		return fmt.Errorf("store: close pebble: %w", err)
 	}
 	return nil
+}
+
+func (pb *pebbleBackend) newIter(lo, hi []byte) (backendIter, error) {
+	pb.mu.RLock()
+	defer pb.mu.RUnlock()
+	if pb.mu.db == nil {
+		return nil, ErrClosed
+	}
+	it := &pebbleIter{pb: pb, db: pb.mu.db}
+	it.opts.LowerBound, it.opts.UpperBound = lo, hi
+	var err error
+	if it.it, err = it.db.NewIter(&it.opts); err != nil {
+		return nil, err
+	}
+	pb.iters.Add(1)
+	return it, nil
+}
+
+// pebbleIter is a backendIter over a Pebble iterator, which reads the
+// snapshot of its creation; refresh opens a new one.
+type pebbleIter struct {
+	pb   *pebbleBackend
+	db   *pebble.DB
+	opts pebble.IterOptions
+	it   *pebble.Iterator
+	e    error
+}
+
+func (it *pebbleIter) seekGE(key []byte) bool { return it.it.SeekGE(key) }
+func (it *pebbleIter) seekLT(key []byte) bool { return it.it.SeekLT(key) }
+func (it *pebbleIter) next() bool             { return it.it.Next() }
+func (it *pebbleIter) prev() bool             { return it.it.Prev() }
+func (it *pebbleIter) key() []byte            { return it.it.Key() }
+
+func (it *pebbleIter) value() []byte {
+	v, err := it.it.ValueAndErr()
+	if err != nil {
+		it.e = err
+		return nil
+	}
+	return v
+}
+
+func (it *pebbleIter) err() error {
+	if it.e != nil {
+		return it.e
+	}
+	return it.it.Error()
+}
+
+func (it *pebbleIter) refresh() error {
+	err := it.it.Close()
+	it.it = nil
+	if err != nil {
+		return err
+	}
+	// The DB stays open: close waits for this iterator.
+	it.it, err = it.db.NewIter(&it.opts)
+	return err
+}
+
+func (it *pebbleIter) close() error {
+	var err error
+	if it.it != nil {
+		err = it.it.Close()
+		it.it = nil
+	}
+	it.pb.iters.Done()
+	return err
 }
 
 func (pb *pebbleBackend) get(key []byte) ([]byte, bool, error) {
