@@ -30,7 +30,7 @@ trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf
 
 tick=$(getconf CLK_TCK)
 while :; do
-	sleep 0.2
+	sleep 0.5
 	kill -0 $pid 2>/dev/null || { echo "cli-rate.sh: run exited early:" >&2; cat "$log" >&2; exit 1; }
 	m=$(curl -fs "http://127.0.0.1:$port/metrics" || true)
 	done=$(awk -v want="$records" '

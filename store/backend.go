@@ -36,6 +36,9 @@ type backendIter interface {
 	// err is the error that made the last positioning call report false,
 	// if any.
 	err() error
+	// setBounds restricts the iterator to [lo, hi) (it copies them); it
+	// must be positioned again afterwards.
+	setBounds(lo, hi []byte)
 	// refresh makes the iterator read the latest committed state (an
 	// iterator may read a snapshot taken when it was opened). It must be
 	// positioned again afterwards.

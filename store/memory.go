@@ -157,6 +157,8 @@ func (it *memIter) seekLT(key []byte) bool {
 	return it.descend(btreemap.LT(it.hi))
 }
 
+func (it *memIter) setBounds(lo, hi []byte) { it.lo, it.hi, it.ok = string(lo), string(hi), false }
+
 func (it *memIter) next() bool { return it.ascend(btreemap.GT(it.k)) }
 func (it *memIter) prev() bool { return it.descend(btreemap.LT(it.k)) }
 

@@ -95,7 +95,12 @@ type partitionStore struct {
 		// gen counts the times overlay entries were dropped after their
 		// writes were persisted (and Resets): a scan that sees it change
 		// refreshes its backend iterator (see scanner).
-		gen     uint64
+		gen uint64
+		// iters are backend iterators opened at the current gen and not in
+		// use: a scan takes one instead of opening one (an iterator opened
+		// at the current gen sees what a new one would; see scanner). A gen
+		// change closes them.
+		iters   []backendIter
 		pending [][]write // per stage, in seq order (offsets in any order)
 	}
 }
@@ -241,8 +246,26 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 	p.advanceEvictedThrough(p.ckpt.flushed, ev, complete)
 	p.mu.Lock()
 	p.persistedLocked(cps, evicted)
+	stale := p.newGenLocked()
 	p.mu.Unlock()
+	closeIters(stale)
 	return nil
+}
+
+// newGenLocked bumps the generation (the backend changed under keys that
+// leave or left the overlay) and returns the cached iterators, now stale,
+// for the caller to close outside mu.
+func (p *partitionStore) newGenLocked() []backendIter {
+	p.mu.gen++
+	stale := p.mu.iters
+	p.mu.iters = nil
+	return stale
+}
+
+func closeIters(its []backendIter) {
+	for _, it := range its {
+		_ = it.close() // read-only: nothing to lose
+	}
 }
 
 // advanceEvictedThrough updates ckpt.evictedThrough after a committed batch
@@ -470,7 +493,6 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []stri
 			k.enc = nil
 		}
 	}
-	p.mu.gen++
 }
 
 // clearScratch drops the scratch's references to writes and keys, so that a
@@ -562,7 +584,7 @@ func (p *partitionStore) Close() error {
 func (p *partitionStore) dropLocked() {
 	clear(p.mu.overlay)
 	p.mu.keys.Clear(false)
-	p.mu.gen++
+	closeIters(p.newGenLocked()) // rare: closing under mu is fine
 	for i := range p.mu.pending {
 		p.mu.pending[i] = nil
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/differential-dev/differential/chain"
 )
@@ -39,6 +40,11 @@ func OpenPebble(dir string, opts ...Option) (*DB, error) {
 		MemTableSize: 16 << 20,
 		CacheSize:    64 << 20,
 	}
+	// Bloom filters (10 bits a key, ~1% false positives) on every level:
+	// most deduplication lookups are for event ids never seen, and a Get
+	// of an absent key then skips the tables instead of reading a block
+	// of each level.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if cfg.tune != nil {
 		cfg.tune(po)
 	}
@@ -122,7 +128,7 @@ func (pb *pebbleBackend) newIter(lo, hi []byte) (backendIter, error) {
 		return nil, ErrClosed
 	}
 	it := &pebbleIter{pb: pb, db: pb.mu.db}
-	it.opts.LowerBound, it.opts.UpperBound = lo, hi
+	it.copyBounds(lo, hi)
 	var err error
 	if it.it, err = it.db.NewIter(&it.opts); err != nil {
 		return nil, err
@@ -139,6 +145,22 @@ type pebbleIter struct {
 	opts pebble.IterOptions
 	it   *pebble.Iterator
 	e    error
+	// bounds: two pairs of buffers used in turn, because Pebble compares
+	// the old bounds with the new ones in SetBounds and keeps the slices.
+	bounds [2][2][]byte
+	cur    int
+}
+
+func (it *pebbleIter) copyBounds(lo, hi []byte) {
+	it.cur = 1 - it.cur
+	b := &it.bounds[it.cur]
+	b[0], b[1] = append(b[0][:0], lo...), append(b[1][:0], hi...)
+	it.opts.LowerBound, it.opts.UpperBound = b[0], b[1]
+}
+
+func (it *pebbleIter) setBounds(lo, hi []byte) {
+	it.copyBounds(lo, hi)
+	it.it.SetBounds(it.opts.LowerBound, it.opts.UpperBound)
 }
 
 func (it *pebbleIter) seekGE(key []byte) bool { return it.it.SeekGE(key) }

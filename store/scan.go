@@ -19,6 +19,11 @@ import (
 // scan does not hold the partition's lock while it reads the backend or runs
 // the caller's code.
 //
+// Iterators are reused: a partition keeps the idle iterators opened at its
+// current generation, and a scan takes one (re-bounded) instead of opening
+// one. By the argument below an iterator opened at the current generation
+// sees exactly what a new one would.
+//
 // # Why the backend is refreshed when a checkpoint lands
 //
 // A Pebble iterator reads a snapshot taken when it is created. A key whose
@@ -91,7 +96,7 @@ func (p *partitionStore) scan(lo, hi []byte, reverse bool, fn func(key, value []
 	s := scanners.Get().(*scanner)
 	defer func() {
 		if s.be != nil {
-			if cerr := s.be.close(); err == nil && cerr != nil {
+			if cerr := p.putIter(s.be, s.gen); err == nil && cerr != nil {
 				err = p.err("scan", cerr)
 			}
 		}
@@ -123,7 +128,8 @@ func (s *scanner) reset() {
 	*s = scanner{take: take, pos: pos, elo: elo, ehi: ehi, kbuf: kbuf}
 }
 
-// open reads the generation and opens the backend iterator after it.
+// open reads the generation and takes a backend iterator opened at it, or
+// opens one after reading it.
 func (s *scanner) open() error {
 	p := s.p
 	p.mu.Lock()
@@ -132,14 +138,41 @@ func (s *scanner) open() error {
 		return p.err("scan", ErrClosed)
 	}
 	s.gen = p.mu.gen
+	var be backendIter
+	if n := len(p.mu.iters); n > 0 {
+		be = p.mu.iters[n-1]
+		p.mu.iters[n-1] = nil
+		p.mu.iters = p.mu.iters[:n-1]
+	}
 	p.mu.Unlock()
-	be, err := p.be.newIter(s.elo, s.ehi)
-	if err != nil {
-		return p.err("scan", err)
+	if be != nil {
+		be.setBounds(s.elo, s.ehi)
+	} else {
+		var err error
+		if be, err = p.be.newIter(s.elo, s.ehi); err != nil {
+			return p.err("scan", err)
+		}
 	}
 	s.be = be
 	s.beOK = s.seekStart()
 	return nil
+}
+
+// maxCachedIters bounds the idle iterators a partition keeps: about the
+// scans that run at once (one per stage, more with key-parallel workers).
+const maxCachedIters = 8
+
+// putIter keeps a scan's iterator for the next scan if it was opened at the
+// current generation, and closes it otherwise.
+func (p *partitionStore) putIter(it backendIter, gen uint64) error {
+	p.mu.Lock()
+	if !p.mu.closed && gen == p.mu.gen && len(p.mu.iters) < maxCachedIters && it.err() == nil {
+		p.mu.iters = append(p.mu.iters, it)
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	return it.close()
 }
 
 // seekStart positions the backend at the first entry in the scan's
