@@ -19,6 +19,12 @@
 //
 // Get (any stage) reads the overlay, else the backend: it sees every write
 // of every stage of the partition, in the order the writes were made.
+// Before the backend it asks an in-memory Bloom filter of the keys the
+// partition has persisted (built from the backend when the partition is
+// opened, added to by every checkpoint before the overlay lets go of the
+// keys it persists, rebuilt once deletions have made it too full): a key
+// that was never persisted — a deduplication lookup of a new event id, most
+// records' only read — costs a hash, not a Pebble Get (filter.go).
 //
 // # Range reads
 //

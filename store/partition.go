@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/RaduBerinde/btreemap"
@@ -65,6 +66,9 @@ type partitionStore struct {
 	stages     []string
 	handles    []stageState
 	evictLimit int
+	// filter holds every persisted key (see keyFilter); never nil once
+	// the partition is open.
+	filter atomic.Pointer[keyFilter]
 
 	ckpt struct {
 		sync.Mutex
@@ -162,6 +166,9 @@ func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
 		}
 		return userValue(enc), true, nil
 	}
+	if !p.filter.Load().mayContain(key) {
+		return nil, false, nil // never persisted
+	}
 	return p.getPersisted(key)
 }
 
@@ -215,6 +222,9 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 	p.ckpt.Lock()
 	defer p.ckpt.Unlock()
 	defer p.clearScratch()
+	if err := p.rebuildFilterIfFull(); err != nil {
+		return p.err("checkpoint", err)
+	}
 
 	p.mu.Lock()
 	if p.mu.closed {
@@ -362,6 +372,7 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write) {
 			continue
 		}
 		b.set(kb, w.enc)
+		p.filter.Load().add(unsafeBytes(w.k.key)) // before the overlay drops it
 		if exp := valueExpiry(w.enc); exp != 0 {
 			kb = index(kb[:0], p.ks, exp, w.k.key)
 			b.set(kb, nil)
@@ -561,6 +572,7 @@ func (p *partitionStore) Reset() error {
 	if err := b.commit(); err != nil {
 		return p.err("reset", err)
 	}
+	p.filter.Store(newKeyFilter(0))
 	p.dropLocked()
 	return nil
 }
