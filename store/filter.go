@@ -17,7 +17,9 @@ import (
 // Invariant: a key is added before the checkpoint that persists it drops it
 // from the overlay (writeFlushed adds it while building the batch), and a
 // filter built from the backend (open, rebuild) is built while no
-// checkpoint can commit (under ckpt, or before the partition is shared). So
+// checkpoint can commit (under ckpt, or before the partition is shared).
+// Any other path that writes entries to the backend (a restore) must add
+// its keys or rebuild the filter before a get can miss them. So
 // a get that misses the overlay finds every persisted key in the filter:
 // its overlay check under mu follows the drop, which follows the add.
 //
