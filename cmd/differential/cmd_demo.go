@@ -26,6 +26,7 @@ type demoOptions struct {
 	seed           uint64
 	keyConcurrency int
 	maxRecordBytes int
+	heavyKey       float64
 	logFormat      string
 	logLevel       string
 }
@@ -54,6 +55,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
+	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
 	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log `level` (info shows every rebalance, commit error and dead letter)")
 	if err := parseFlags(fs, args); err != nil {
@@ -68,6 +70,8 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 		return usagef("--key-concurrency must be in [1, %d], got %d", maxKeyConcurrency, o.keyConcurrency)
 	case o.maxRecordBytes < 1024:
 		return usagef("--max-record-bytes must be >= 1024, got %d", o.maxRecordBytes)
+	case o.heavyKey < 0 || o.heavyKey >= 1:
+		return usagef("--heavy-key must be in [0, 1), got %v", o.heavyKey)
 	}
 	return o.execute(ctx, e)
 }
@@ -100,6 +104,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 
 	wcfg := workload.DefaultConfig()
 	wcfg.Records, wcfg.Partitions, wcfg.Seed, wcfg.Topic, wcfg.MaxRecordBytes = o.records, o.partitions, o.seed, demoInput, o.maxRecordBytes
+	wcfg.HeavyKeyShare = o.heavyKey
 	t := time.Now()
 	res := demoResult{recs: workload.Generate(wcfg)}
 	res.generated = time.Since(t)

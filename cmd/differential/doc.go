@@ -4,6 +4,7 @@
 //	differential run       the attribution chain against Kafka brokers (flags or a YAML --config)
 //	differential produce   a generated, seeded attribution workload to a topic
 //	differential bench     the chain engine against the micro-batch baseline (package bench)
+//	differential heavykey  a heavy key's per-record cost against the other keys' (bench.HeavyKey)
 //	differential version   the module and Go versions
 //
 // What it owns: wiring. It builds the attribution chain (processors/attribution)
@@ -18,6 +19,9 @@
 // fatal error, a missing topic, or a failed demo verification; exit 2 on bad
 // flags or a bad configuration file, with a message naming the flag or key.
 // `run` checks that its three topics exist before it opens the store.
+//
+// DIFFERENTIAL_CPUPROFILE=file makes any command write a CPU profile of the
+// whole process to file (go tool pprof).
 //
 // Every command runs through cli(ctx, args, env), so tests run them
 // in-process with their own context, writers and test-only hooks (an engine
