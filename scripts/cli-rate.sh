@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli-rate.sh — the throughput of `differential run` as a user runs it: start the job on a topic
 # that already holds RECORDS records, and time it until every partition's committed offset is
-# at the log end (lag 0). Prints wall seconds, records/s and process CPU (user+system) per record.
+# at the log end (lag 0). Prints wall seconds, records/s, process CPU (user+system) per record and
+# the process's peak resident memory.
 #
 #   bash scripts/cli-rate.sh BINARY BROKERS TOPIC RECORDS [extra `run` flags...]
 #
@@ -44,10 +45,11 @@ while :; do
 	if [[ $done == 1 ]]; then
 		now=$(date +%s.%N)
 		read -r ut st < <(awk '{print $14, $15}' "/proc/$pid/stat")
+		hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
 		break
 	fi
 done
-awk -v s="$start" -v e="$now" -v n="$records" -v ut="$ut" -v st="$st" -v tk="$tick" 'BEGIN {
+awk -v s="$start" -v e="$now" -v n="$records" -v ut="$ut" -v st="$st" -v tk="$tick" -v hwm="$hwm" 'BEGIN {
 	w = e - s; cpu = (ut + st) / tk
-	printf "records %d  wall %.2f s  %.0f records/s  cpu %.2f s  %.1f us cpu/record\n", n, w, n / w, cpu, cpu * 1e6 / n
+	printf "records %d  wall %.2f s  %.0f records/s  cpu %.2f s  %.1f us cpu/record  peak rss %.0f MB\n", n, w, n / w, cpu, cpu * 1e6 / n, hwm / 1024
 }'

@@ -34,7 +34,8 @@ func WithFS(fs vfs.FS) Option {
 }
 
 // WithPebbleOptions lets fn adjust the Pebble options after the store has
-// set its own (FormatNewest, a 16 MB memtable, a 64 MB block cache). fn must
+// set its own (FormatNewest, a 16 MB memtable, a 512 MB block cache,
+// Bloom filters). fn must
 // not change FS, Logger or the comparer. Default: none.
 func WithPebbleOptions(fn func(*pebble.Options)) Option {
 	return optionFunc(func(c *config) { c.tune = fn })
