@@ -20,11 +20,11 @@ type benchEnv struct {
 func newBenchEnv(b *testing.B, pt point, model bool) *benchEnv {
 	b.Helper()
 	o := Options{Quick: true}.withDefaults()
-	c, err := openCluster(nil)
+	c, err := openBroker(nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(c.close)
+	b.Cleanup(func() { _ = c.Close() })
 	h := &harness{o: o, c: c, cfg: attributionConfig()}
 	recs := workload.Generate(pt.wc)
 	var exp *expectation

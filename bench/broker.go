@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
 
-	"github.com/differential-dev/differential/internal/embedded"
-	"github.com/differential-dev/differential/internal/kadmin"
-	"github.com/differential-dev/differential/internal/kfetch"
+	"github.com/differential-dev/differential/internal/cluster"
 	"github.com/differential-dev/differential/internal/workload"
 )
 
@@ -20,84 +17,37 @@ import (
 // from the input topic to the cost wrapper of both designs.
 const CostHeader = "bench-cost-us"
 
-// cluster is the broker every design of a run uses, and the names it hands out.
-type cluster struct {
-	addrs    []string
-	embedded *embedded.Cluster // nil on a real cluster
-	runID    string
-	seq      atomic.Int64
-
-	mu     sync.Mutex
-	topics []string // created and not yet deleted
+// broker is the cluster every design of a run uses (internal/cluster: a
+// real one, or an embedded one Run starts), with the benchmark's client
+// settings and names.
+type broker struct {
+	*cluster.Cluster
 }
 
-func openCluster(brokers []string) (*cluster, error) {
-	c := &cluster{runID: strconv.FormatInt(time.Now().UnixNano()&0xffffffff, 16)}
-	if len(brokers) > 0 {
-		c.addrs = brokers
-		return c, nil
-	}
-	e, err := embedded.Start()
+func openBroker(brokers []string) (*broker, error) {
+	c, err := cluster.Open(brokers, tune)
 	if err != nil {
-		return nil, fmt.Errorf("bench: embedded broker: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	c.embedded, c.addrs = e, e.Addrs()
-	return c, nil
+	return &broker{c}, nil
 }
 
-func (c *cluster) close() {
-	c.mu.Lock()
-	left := c.topics
-	c.topics = nil
-	c.mu.Unlock()
-	if len(left) > 0 {
-		c.deleteTopics(left...)
-	}
-	if c.embedded != nil {
-		c.embedded.Close()
-	}
+// tune sets the benchmark's client id and a fetch wait of 100 ms on
+// cluster.Cluster.Config, the base configuration of every client of the
+// harness and of both designs.
+func tune(cfg *sarama.Config) {
+	cfg.ClientID = "differential-bench"
+	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
 }
 
 // name returns a name unique to this run: topics, groups.
-func (c *cluster) name(kind string) string {
-	return fmt.Sprintf("bench-%s-%s-%d", kind, c.runID, c.seq.Add(1))
-}
-
-// config is the sarama base configuration of every client of the harness
-// and of both designs: protocol 3.0 (kfake and Kafka 4 accept it), short
-// fetch waits, consumers from the oldest offset.
-func (c *cluster) config() *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.ClientID = "differential-bench"
-	cfg.Version = sarama.V3_0_0_0
-	cfg.Net.DialTimeout = 5 * time.Second
-	cfg.Metadata.Retry.Backoff = 50 * time.Millisecond
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
-	cfg.Consumer.Return.Errors = true
-	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
-	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-	return cfg
-}
+func (b *broker) name(kind string) string { return cluster.Name("bench-"+kind, "") }
 
 // createTopic creates a topic with a fresh name and returns it once every
 // partition has a leader.
-func (c *cluster) createTopic(kind string, partitions int) (string, error) {
-	name := c.name(kind)
-	admin, err := sarama.NewClusterAdmin(c.addrs, c.config())
-	if err != nil {
-		return "", fmt.Errorf("bench: admin: %w", err)
-	}
-	defer admin.Close()
-	if err := admin.CreateTopic(name, kadmin.NewTopic(int32(partitions)), false); err != nil {
-		return "", fmt.Errorf("bench: create topic %s: %w", name, err)
-	}
-	c.mu.Lock()
-	c.topics = append(c.topics, name)
-	c.mu.Unlock()
-	// A real broker answers CreateTopics before every broker serves the topic.
-	if err := kadmin.AwaitLeaders(c.addrs, c.config(), name, int32(partitions), 30*time.Second); err != nil {
+func (b *broker) createTopic(kind string, partitions int) (string, error) {
+	name := b.name(kind)
+	if err := b.CreateTopic(name, int32(partitions)); err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
 	return name, nil
@@ -105,59 +55,27 @@ func (c *cluster) createTopic(kind string, partitions int) (string, error) {
 
 // deleteTopics deletes topics (errors are ignored: it only frees memory on
 // the embedded broker and space on a real one).
-func (c *cluster) deleteTopics(names ...string) {
-	admin, err := sarama.NewClusterAdmin(c.addrs, c.config())
-	if err != nil {
-		return
-	}
-	defer admin.Close()
-	for _, n := range names {
-		_ = admin.DeleteTopic(n)
-	}
-	c.mu.Lock()
-	kept := c.topics[:0]
-	for _, t := range c.topics {
-		deleted := false
-		for _, n := range names {
-			deleted = deleted || n == t
-		}
-		if !deleted {
-			kept = append(kept, t)
-		}
-	}
-	c.topics = kept
-	c.mu.Unlock()
-}
+func (b *broker) deleteTopics(names ...string) { _ = b.DeleteTopics(names...) }
 
-// feeder writes workload records to a topic: each to its workload partition
-// (manual partitioner), in order, with its workload timestamp (the decoder's
-// clock-skew rule reads it) and its cost header, idempotently so every
-// record lands at its workload offset, which is checked.
+// feeder writes workload records to an empty topic with workload.Writer:
+// each to its workload partition and offset (checked), with its workload
+// timestamp (the decoder's clock-skew rule reads it) and its cost header;
+// it notes when each was handed to the producer.
 type feeder struct {
-	ap    sarama.AsyncProducer
-	topic string
+	w *workload.Writer
 	// sentAt[p][o] is the wall time (unix ns) record o of partition p was
 	// handed to the producer.
 	sentAt [][]atomic.Int64
-	acked  atomic.Int64
-
-	mu  sync.Mutex
-	err error
-	wg  sync.WaitGroup
 }
 
-func (c *cluster) newFeeder(topic string, recs []workload.Record, partitions int) (*feeder, error) {
-	cfg := c.config()
+func (b *broker) newFeeder(topic string, recs []workload.Record, partitions int) (*feeder, error) {
+	cfg := b.Config()
 	cfg.ClientID = "differential-bench-feeder"
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
-	cfg.Producer.Idempotent = true
-	cfg.Net.MaxOpenRequests = 1
-	cfg.Producer.Return.Errors = true
-	ap, err := sarama.NewAsyncProducer(c.addrs, cfg)
+	w, err := workload.NewWriter(workload.WriterConfig{Brokers: b.Addrs(), Sarama: cfg, Topic: topic, Exact: true, Headers: costHeader})
 	if err != nil {
 		return nil, fmt.Errorf("bench: feeder: %w", err)
 	}
-	f := &feeder{ap: ap, topic: topic, sentAt: make([][]atomic.Int64, partitions)}
+	f := &feeder{w: w, sentAt: make([][]atomic.Int64, partitions)}
 	counts := make([]int, partitions)
 	for i := range recs {
 		counts[recs[i].Partition]++
@@ -165,73 +83,40 @@ func (c *cluster) newFeeder(topic string, recs []workload.Record, partitions int
 	for p := range f.sentAt {
 		f.sentAt[p] = make([]atomic.Int64, counts[p])
 	}
-	f.wg.Go(func() {
-		for m := range ap.Successes() {
-			want := m.Metadata.(int64)
-			if m.Offset != want {
-				f.fail(fmt.Errorf("bench: input record %d/%d landed at offset %d (the topic was not empty?)", m.Partition, want, m.Offset))
-			}
-			f.acked.Add(1)
-		}
-	})
-	f.wg.Go(func() {
-		for pe := range ap.Errors() {
-			f.fail(fmt.Errorf("bench: produce input to %s: %w", topic, pe.Err))
-		}
-	})
 	return f, nil
 }
 
-func (f *feeder) fail(err error) {
-	f.mu.Lock()
-	if f.err == nil {
-		f.err = err
-	}
-	f.mu.Unlock()
+func costHeader(r *workload.Record) []sarama.RecordHeader {
+	return []sarama.RecordHeader{{Key: []byte(CostHeader), Value: strconv.AppendInt(nil, r.Cost.Microseconds(), 10)}}
 }
 
-func (f *feeder) send(r *workload.Record) {
-	pm := &sarama.ProducerMessage{
-		Topic:     f.topic,
-		Partition: r.Partition,
-		Key:       sarama.ByteEncoder(r.Key),
-		Value:     sarama.ByteEncoder(r.Value),
-		Timestamp: r.Timestamp,
-		Metadata:  r.Offset,
-		Headers: []sarama.RecordHeader{{
-			Key:   []byte(CostHeader),
-			Value: strconv.AppendInt(nil, r.Cost.Microseconds(), 10),
-		}},
-	}
+func (f *feeder) send(ctx context.Context, r *workload.Record) error {
 	f.sentAt[r.Partition][r.Offset].Store(time.Now().UnixNano())
-	f.ap.Input() <- pm
+	return f.w.Send(ctx, r)
 }
 
 // close flushes and waits for every acknowledgement.
 func (f *feeder) close() error {
-	f.ap.AsyncClose()
-	f.wg.Wait()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
+	_, err := f.w.Close()
+	if err != nil {
+		return fmt.Errorf("bench: feeding input: %w", err)
+	}
+	return nil
 }
 
 // produceAll writes every record as fast as the broker takes them.
-func (c *cluster) produceAll(topic string, recs []workload.Record, partitions int) error {
-	f, err := c.newFeeder(topic, recs, partitions)
+func (b *broker) produceAll(topic string, recs []workload.Record, partitions int) error {
+	f, err := b.newFeeder(topic, recs, partitions)
 	if err != nil {
 		return err
 	}
 	for i := range recs {
-		f.send(&recs[i])
+		if err := f.send(context.Background(), &recs[i]); err != nil {
+			_ = f.close()
+			return fmt.Errorf("bench: feeding input: %w", err)
+		}
 	}
-	if err := f.close(); err != nil {
-		return err
-	}
-	if n := f.acked.Load(); n != int64(len(recs)) {
-		return fmt.Errorf("bench: %d of %d input records acknowledged", n, len(recs))
-	}
-	return nil
+	return f.close()
 }
 
 // pace writes recs[:warm] at once, waits for warmed (the consumer has
@@ -239,13 +124,16 @@ func (c *cluster) produceAll(topic string, recs []workload.Record, partitions in
 // loop: the schedule does not wait for the consumer) until all are sent or
 // ctx ends, then flushes. It returns the feeder, whose sentAt the latency
 // measurement reads.
-func (c *cluster) pace(ctx context.Context, topic string, recs []workload.Record, partitions int, rate float64, warm int, warmed func(context.Context) error) (*feeder, error) {
-	f, err := c.newFeeder(topic, recs, partitions)
+func (b *broker) pace(ctx context.Context, topic string, recs []workload.Record, partitions int, rate float64, warm int, warmed func(context.Context) error) (*feeder, error) {
+	f, err := b.newFeeder(topic, recs, partitions)
 	if err != nil {
 		return nil, err
 	}
 	for i := range recs[:warm] {
-		f.send(&recs[i])
+		if err := f.send(ctx, &recs[i]); err != nil {
+			_ = f.close()
+			return f, err
+		}
 	}
 	if err := warmed(ctx); err != nil {
 		_ = f.close()
@@ -258,7 +146,13 @@ func (c *cluster) pace(ctx context.Context, topic string, recs []workload.Record
 	for sent < len(recs) && ctx.Err() == nil {
 		due := min(warm+int(time.Since(start).Seconds()*rate)+1, len(recs))
 		for ; sent < due; sent++ {
-			f.send(&recs[sent])
+			if err := f.send(ctx, &recs[sent]); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				_ = f.close()
+				return f, err
+			}
 		}
 		select {
 		case <-tick.C:
@@ -270,15 +164,4 @@ func (c *cluster) pace(ctx context.Context, topic string, recs []workload.Record
 		err = fmt.Errorf("bench: feeding %s stopped after %d of %d records: %w", topic, sent, len(recs), ctx.Err())
 	}
 	return f, err
-}
-
-// readTopic returns every record of every partition of topic, from the log
-// start to the high watermark read first (kfetch.ReadTopic).
-func (c *cluster) readTopic(topic string) (map[int32][]*sarama.ConsumerMessage, error) {
-	client, err := sarama.NewClient(c.addrs, c.config())
-	if err != nil {
-		return nil, fmt.Errorf("bench: read %s: %w", topic, err)
-	}
-	defer client.Close()
-	return kfetch.ReadTopic(context.Background(), client, topic, false)
 }

@@ -10,17 +10,18 @@
 // For every measured point (a workload at a partition count P and worker
 // cap W) Run generates the input with internal/workload (seeded; the
 // generator's parameters are printed with every result), writes it to a
-// fresh topic — each record at its workload partition and offset, with its
+// fresh topic (workload.Writer, on internal/cluster's broker) — each record
+// at its workload partition and offset, with its
 // workload timestamp (the decoder's clock-skew rule reads it) and its cost
 // in the header CostHeader ("bench-cost-us") — and runs, one after another
 // (alternating chain, micro-batch, chain, … with Repeats > 1; the median
 // run by throughput is reported):
 //
-//   - chain: attribution.Chain through kafka.Run (its own sarama clients),
-//     every stage with KeyConcurrency = W, the store (Pebble in a fresh
+//   - chain: attribution.NewChainWith through kafka.Run (its own sarama
+//     clients), every stage with KeyConcurrency = W, the store (Pebble in a fresh
 //     directory, or memory), kafka.NewProducer, output and dead-letter
 //     topics of its own, a fresh consumer group;
-//   - microbatch: the baseline (see microBatch): a sarama consumer group
+//   - microbatch: the baseline (package bench/microbatch): a sarama consumer group
 //     with its own client polls up to BatchSize records (or until
 //     BatchLinger after the first), round-robin across partitions; then for
 //     each stage in chain order a pool of W workers processes the batch's
@@ -28,8 +29,9 @@
 //     before Process with StreamTime computed over valid records as the
 //     engine does; it waits for the outputs' acknowledgements, persists
 //     every partition's state with PartitionStore.Checkpoint and commits.
-//     Same processors, decoder, store type, producer, dead-letter format
-//     (chain.HeaderDLQ*) and retry policy. To produce the reference model's
+//     Same processors, decoder, store type, producer, dead letters
+//     (chain.DeadLetter), retry policy (chain.RetryPolicy) and eviction rule
+//     (chain.EvictBefore). To produce the reference model's
 //     outputs it applies the engine's event-time gate at batch boundaries
 //     (records a follower stage would process before its leader's watermark
 //     passes them wait for the next batch; IdleTimeout releases them), which
@@ -51,7 +53,11 @@
 // chain (a cheap decoder, no store, no producer) on a larger input of the
 // same shape (3 runs each, alternating, median), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
-// fall out of the buffer and poll Kafka themselves.
+// fall out of the buffer and poll Kafka themselves. With Options.Velocity,
+// B's throughput phase also runs the chain with the attribution chain's
+// velocity stage after the plain chain in every repeat, checked like the
+// others (alerts included), and reports its throughput ratio and added CPU
+// and elapsed time per record (velocity.go).
 //
 // # How it measures
 //
@@ -115,7 +121,8 @@
 // # Correctness (every run, both phases)
 //
 // Each design's output and dead-letter topics are read back and compared
-// with reference.Run over each partition's log: every output is identified
+// with reference.Run over each partition's log by reference.Check (no
+// duplicates accepted, key order): every output is identified
 // by its source header; one that appears twice is a duplicate, one that is
 // absent is lost, one with other bytes is changed; every key's outputs of a
 // stage must be in offset order; the dead letters must be exactly the

@@ -1,13 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -210,27 +208,15 @@ type source struct {
 	offset    int64
 }
 
-// sourceOf parses the attribution SourceHeader ("<partition>/<offset>").
+// sourceOf reads the attribution SourceHeader.
 func sourceOf(hs []chain.Header) (source, bool) {
 	for _, h := range hs {
 		if string(h.Key) == attribution.SourceHeader {
-			return parseSource(h.Value)
+			p, o, err := attribution.ParseSource(h.Value)
+			return source{p, o}, err == nil
 		}
 	}
 	return source{}, false
-}
-
-func parseSource(v []byte) (source, bool) {
-	ps, os, ok := bytes.Cut(v, []byte("/"))
-	if !ok {
-		return source{}, false
-	}
-	p, err1 := strconv.ParseInt(string(ps), 10, 32)
-	o, err2 := strconv.ParseInt(string(os), 10, 64)
-	if err1 != nil || err2 != nil {
-		return source{}, false
-	}
-	return source{int32(p), o}, true
 }
 
 // ack is one output's acknowledgement.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
 )
@@ -54,7 +55,7 @@ type Options struct {
 	// after its first one. Default 100ms.
 	BatchLinger time.Duration
 	// BufferSize is the chain's handoff buffer per partition
-	// (chain.WithBufferSize). Default 8192 (the engine's default).
+	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
 	BufferSize int
 	// PollingBufferSize is the tiny buffer of the polling-fallback
 	// measurement (B): followers fall out of it and poll Kafka. Default 32.
@@ -84,6 +85,11 @@ type Options struct {
 	Dir string
 	// Timeout bounds one design run (stall detection). Default 10m.
 	Timeout time.Duration
+	// Velocity > 0: workload B also runs the chain with the velocity stage
+	// (attribution.DefaultVelocity(Velocity)) after the plain chain in each
+	// repeat of the throughput phase, checks it, and reports its cost per
+	// record (see velocity.go). Default 0: not run.
+	Velocity time.Duration
 	// Progress receives one line per step (the CLI passes stderr). Default:
 	// discard.
 	Progress io.Writer
@@ -115,7 +121,7 @@ func (o Options) withDefaults() Options {
 	def(&o.Workers, 64)
 	def(&o.Repeats, 1)
 	def(&o.BatchSize, 500)
-	def(&o.BufferSize, 8192)
+	def(&o.BufferSize, chain.DefaultBufferSize)
 	def(&o.PollingBufferSize, 32)
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -157,7 +163,7 @@ func (o Options) validate() error {
 	}
 	check(o.Records >= 0, "Records must be >= 0, got %d", o.Records)
 	check(o.Partitions > 0, "Partitions must be > 0, got %d", o.Partitions)
-	check(o.Workers > 0 && o.Workers <= 1024, "Workers must be in [1, 1024] (the chain's in-flight window), got %d", o.Workers)
+	check(o.Workers > 0 && o.Workers <= chain.DefaultInFlight, "Workers must be in [1, %d] (the chain's in-flight window), got %d", chain.DefaultInFlight, o.Workers)
 	check(o.Repeats > 0, "Repeats must be > 0, got %d", o.Repeats)
 	check(o.BatchSize > 0, "BatchSize must be > 0, got %d", o.BatchSize)
 	check(o.BatchLinger > 0, "BatchLinger must be > 0, got %v", o.BatchLinger)
@@ -168,6 +174,12 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
+	if o.Velocity > 0 {
+		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -60,6 +60,8 @@ type WorkloadResult struct {
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
+	// Velocity is the chain with the velocity stage (Options.Velocity).
+	Velocity *VelocityResult `json:"velocity,omitempty"`
 
 	// The latency phase: offered load and records fed.
 	LatencyRate    float64 `json:"latency_offered_rps,omitempty"`
@@ -241,6 +243,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if wr.RatioPolling != nil {
 			fmt.Fprintf(&b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
 		}
+		wr.Velocity.write(&b)
 		for _, row := range rows[:3] {
 			if row.d != nil && row.d.Note != "" {
 				fmt.Fprintf(&b, "  %s: %s\n", row.name, row.d.Note)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/differential-dev/differential/bench/microbatch"
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
@@ -32,11 +33,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	c, err := openCluster(o.Brokers)
+	c, err := openBroker(o.Brokers)
 	if err != nil {
 		return Report{}, err
 	}
-	defer c.close()
+	defer func() { _ = c.Close() }()
 	h := &harness{o: o, c: c, cfg: attributionConfig()}
 	rep := Report{
 		Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
@@ -67,7 +68,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 
 type harness struct {
 	o   Options
-	c   *cluster
+	c   *broker
 	cfg attribution.Config
 }
 
@@ -102,6 +103,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		kinds = append(kinds, kindMicroBatchKey)
 	}
 	runs := map[kind][]*DesignResult{}
+	vel, velResult := h.velocitySpec(pt, input, recs)
 	for range h.o.Repeats {
 		for _, k := range kinds {
 			r, err := h.measure(ctx, runSpec{kind: k, pt: pt, topic: input, exp: exp})
@@ -110,9 +112,21 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 			}
 			runs[k] = append(runs[k], r)
 		}
+		if vel != nil {
+			r, err := h.measure(ctx, *vel)
+			if err != nil {
+				return wr, err
+			}
+			runs[kindVelocity] = append(runs[kindVelocity], r)
+		}
 	}
 	wr.Chain, wr.MicroBatch = median(runs[kindChain]), median(runs[kindMicroBatch])
 	wr.MicroBatchKey = median(runs[kindMicroBatchKey])
+	if velResult != nil {
+		velResult.Chain = median(runs[kindVelocity])
+		velResult.finish(wr.Chain, len(recs))
+		wr.Velocity = velResult
+	}
 	if pt.ceiling {
 		if err := h.ceilings(ctx, pt, wr); err != nil {
 			return wr, err
@@ -235,6 +249,8 @@ type runSpec struct {
 	// latency is measured for the outputs of exp.recs[warm:warm+measured].
 	paceRate       float64
 	warm, measured int
+	// cfg, when set, replaces the harness's rules (the velocity runs).
+	cfg *attribution.Config
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -242,171 +258,262 @@ type runSpec struct {
 const latencyTail = time.Second
 
 // measure runs one design over one input until every record is complete,
-// then stops it and checks its outputs.
+// then stops it, checks its outputs and, in the latency phase, computes the
+// latencies.
 func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error) {
-	phase := "throughput"
-	if s.paceRate > 0 {
-		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
-	}
 	wall := time.Now()
 	d, err := h.newDesign(s)
 	if err != nil {
 		return nil, err
 	}
 	defer d.close()
-	var tReady, tDone, tStop time.Duration
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
-	cpu0 := cpuTime()
-	smp := startSampler(d.prog)
-	defer smp.finish()
-	go func() { errc <- d.run(runCtx) }()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		return <-errc
-	}
-	defer func() {
-		_ = stop()
-	}()
-	timeout := time.NewTimer(h.o.Timeout)
-	defer timeout.Stop()
-
-	select {
-	case <-d.ready:
-	case err := <-errc:
-		stopped = true
-		return nil, fmt.Errorf("bench: %s (%s) stopped before consuming: %w", s.kind, phase, err)
-	case <-timeout.C:
-		return nil, fmt.Errorf("bench: %s (%s): no partition assigned after %v", s.kind, phase, h.o.Timeout)
-	}
-	tReady = time.Since(wall)
-	var fed chan error
-	var f *feeder
-	if s.paceRate > 0 {
-		fed = make(chan error, 1)
-		go func() {
-			// f is read only after fed delivers.
-			ff, err := h.c.pace(runCtx, s.topic, s.exp.recs, s.pt.wc.Partitions, s.paceRate, s.warm, func(ctx context.Context) error {
-				return d.prog.reached(ctx, int64(s.warm))
-			})
-			f = ff
-			fed <- err
-		}()
-		defer func() {
-			if fed != nil {
-				cancel()
-				<-fed
-			}
-		}()
-	}
-	select {
-	case <-d.prog.done:
-	case err := <-errc:
-		stopped = true
-		if err == nil {
-			err = errors.New("stopped early")
-		}
-		return nil, fmt.Errorf("bench: %s (%s): %w", s.kind, phase, err)
-	case <-timeout.C:
-		return nil, fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v", s.kind, phase, d.prog.completed(), d.prog.total(), h.o.Timeout)
-	}
-	cpu := cpuTime() - cpu0
-	tDone = time.Since(wall)
-	smp.finish()
-	note := ""
-	if d.note != nil {
-		note = d.note()
-	}
-	if fed != nil {
-		// Every record was consumed, so every one was sent.
-		err := <-fed
-		fed = nil
-		if err != nil {
-			return nil, err
-		}
-	}
-	if err := stop(); err != nil {
-		return nil, fmt.Errorf("bench: %s (%s) failed when stopping: %w", s.kind, phase, err)
-	}
-	if err := d.flush(); err != nil {
+	run := h.start(ctx, s, d, wall)
+	defer run.abort()
+	if err := run.awaitReady(); err != nil {
 		return nil, err
 	}
-	tStop = time.Since(wall)
-
-	el := d.prog.elapsed()
-	r := &DesignResult{
-		Elapsed:         el.Seconds(),
-		CPUs:            cpu.Seconds(),
-		PeakHeapMB:      float64(smp.peakLive) / (1 << 20),
-		PeakHeapAllocMB: float64(smp.peakAlloc) / (1 << 20),
-		Note:            note,
+	if s.paceRate > 0 {
+		h.feed(run)
 	}
-	if el > 0 {
-		r.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
+	if err := run.awaitDone(); err != nil {
+		return nil, err
 	}
-	if b := s.exp.bound.Time; b > 0 && el > 0 {
-		eff := b.Seconds() / el.Seconds()
-		r.Efficiency = &eff
-		co := s.exp.bound.ChainOrderTime.Seconds() / el.Seconds()
-		r.EfficiencyChainOrder = &co
+	if err := run.finish(); err != nil {
+		return nil, err
 	}
-	if d.lim != nil {
-		r.WaitOvershoot = d.lim.overshoot()
-	}
-	first := d.prog.first.Load()
-	for _, sm := range smp.samples {
-		if sm.at >= first {
-			r.series = append(r.series, seriesPoint{t: time.Duration(sm.at - first).Seconds(), done: sm.done})
-		}
-	}
+	r := run.result()
 	if d.out != "" {
-		c, err := h.check(d, s.exp)
-		if err != nil {
-			return nil, err
-		}
-		r.Correctness = &c
-		if s.paceRate > 0 && c.Missing+c.Duplicates+c.Unexpected+c.OrderViolations == 0 {
-			// While input is fed live, a partition may pause longer than
-			// IdleTimeout; both designs then release the gate (DESIGN §5:
-			// idle release trades completeness for progress), and an
-			// install may miss a click that arrives after the pause. Such
-			// differences in content are reported, not failed; loss,
-			// duplication and order are checked as everywhere.
-			c.OK = true
-			r.Correctness = &c
-		}
-		if !c.OK {
-			return r, fmt.Errorf("%w: %s (%s, workload %s P=%d W=%d): missing %d, duplicated %d, mismatched %d, unexpected %d, out of order %d; first: %s",
-				ErrIncorrect, s.kind, phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
-				c.Missing, c.Duplicates, c.Mismatched, c.Unexpected, c.OrderViolations, c.First)
+		if err := h.judge(run, r); err != nil {
+			return r, err
 		}
 	}
 	if s.paceRate > 0 && d.acks != nil {
-		first, last := &s.exp.recs[s.warm], &s.exp.recs[s.warm+s.measured-1]
-		from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
-		lat := latencies(d.acks.acks, f, from, to)
-		r.latencies = lat
-		r.LatencyOutputs = len(lat)
-		if len(lat) > 0 {
-			p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
-			r.P50ms, r.P99ms = &p50, &p99
-		}
-		if fl := latencyFloors(d.acks.acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
-			p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
-			r.FloorP50ms, r.FloorP99ms = &p50, &p99
-		}
+		h.latency(run, r)
 	}
 	h.progressf("  %-14s %-26s %8.0f rec/s  %6.2fs  cpu %5.1fs  heap %6.1f MB%s%s  [wall %.1fs: ready %.2fs, done %.2fs, stopped %.2fs]",
-		s.kind, phase, r.ThroughputRPS, r.Elapsed, r.CPUs, r.PeakHeapMB, latencyText(r), noteText(r.Note),
-		time.Since(wall).Seconds(), tReady.Seconds(), tDone.Seconds(), tStop.Seconds())
+		s.kind, run.phase, r.ThroughputRPS, r.Elapsed, r.CPUs, r.PeakHeapMB, latencyText(r), noteText(r.Note),
+		time.Since(run.wall).Seconds(), run.tReady.Seconds(), run.tDone.Seconds(), run.tStop.Seconds())
 	return r, nil
+}
+
+// running is one design run in progress: the design's run goroutine, the
+// sampler of its completion curve and heap, and in the latency phase the
+// feeder. Only measure's goroutine uses it.
+type running struct {
+	d     *design
+	s     runSpec
+	phase string
+	wall  time.Time // when measure began (before the design was built)
+	// tReady, tDone, tStop: since wall, when every partition was assigned,
+	// every record complete, the design stopped and flushed.
+	tReady, tDone, tStop time.Duration
+	cpu0, cpu            time.Duration // process CPU at the start; used until done
+	smp                  *sampler
+	note                 string
+	limit                time.Duration // Options.Timeout: bounds the whole run
+	timeout              *time.Timer   // fires after limit
+
+	ctx     context.Context    // of the run and the feeder
+	cancel  context.CancelFunc // cancels ctx
+	errc    chan error         // the run's result
+	stopped bool               // errc was read
+
+	fed chan error // the feeder's result (nil: none, or read)
+	f   *feeder    // the feeder, once fed delivered
+}
+
+// start starts the design's run and the sampler.
+func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Time) *running {
+	phase := "throughput"
+	if s.paceRate > 0 {
+		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
+		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
+	r.cpu0 = cpuTime()
+	r.smp = startSampler(d.prog)
+	go func() { r.errc <- d.run(runCtx) }()
+	return r
+}
+
+// stop cancels the run and returns its error (once; nil after).
+func (r *running) stop() error {
+	if r.stopped {
+		return nil
+	}
+	r.stopped = true
+	r.cancel()
+	return <-r.errc
+}
+
+// ended notes that the run returned err before being stopped.
+func (r *running) ended(err error) error {
+	r.stopped = true
+	return err
+}
+
+// abort stops whatever still runs, the feeder first (it waits for the
+// design's progress), and releases the timer and the sampler.
+func (r *running) abort() {
+	if r.fed != nil {
+		r.cancel()
+		<-r.fed
+		r.fed = nil
+	}
+	_ = r.stop()
+	r.smp.finish()
+	r.timeout.Stop()
+}
+
+// awaitReady waits until every partition is assigned.
+func (r *running) awaitReady() error {
+	select {
+	case <-r.d.ready:
+	case err := <-r.errc:
+		return fmt.Errorf("bench: %s (%s) stopped before consuming: %w", r.s.kind, r.phase, r.ended(err))
+	case <-r.timeout.C:
+		return fmt.Errorf("bench: %s (%s): no partition assigned after %v", r.s.kind, r.phase, r.limit)
+	}
+	r.tReady = time.Since(r.wall)
+	return nil
+}
+
+// feed starts the latency phase's feeder: the warm-up records at once, then
+// the rest at the paced rate once the design completed the warm-up.
+func (h *harness) feed(r *running) {
+	s := r.s
+	r.fed = make(chan error, 1)
+	go func() {
+		// r.f is read only after fed delivers.
+		f, err := h.c.pace(r.ctx, s.topic, s.exp.recs, s.pt.wc.Partitions, s.paceRate, s.warm, func(ctx context.Context) error {
+			return r.d.prog.reached(ctx, int64(s.warm))
+		})
+		r.f = f
+		r.fed <- err
+	}()
+}
+
+// awaitDone waits until every record is complete.
+func (r *running) awaitDone() error {
+	select {
+	case <-r.d.prog.done:
+	case err := <-r.errc:
+		if err == nil {
+			err = errors.New("stopped early")
+		}
+		return fmt.Errorf("bench: %s (%s): %w", r.s.kind, r.phase, r.ended(err))
+	case <-r.timeout.C:
+		return fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v",
+			r.s.kind, r.phase, r.d.prog.completed(), r.d.prog.total(), r.limit)
+	}
+	r.cpu = cpuTime() - r.cpu0
+	r.tDone = time.Since(r.wall)
+	r.smp.finish()
+	if r.d.note != nil {
+		r.note = r.d.note()
+	}
+	return nil
+}
+
+// finish waits for the feeder (every record was consumed, so every one was
+// sent), stops the design and flushes its producer and store, so its
+// outputs can be read back.
+func (r *running) finish() error {
+	if r.fed != nil {
+		err := <-r.fed
+		r.fed = nil
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.stop(); err != nil {
+		return fmt.Errorf("bench: %s (%s) failed when stopping: %w", r.s.kind, r.phase, err)
+	}
+	if err := r.d.flush(); err != nil {
+		return err
+	}
+	r.tStop = time.Since(r.wall)
+	return nil
+}
+
+// result is what the run measured: throughput, CPU, heap, efficiency
+// against the bounds, timer overshoot and the completion curve.
+func (r *running) result() *DesignResult {
+	d, b := r.d, r.s.exp.bound
+	el := d.prog.elapsed()
+	res := &DesignResult{
+		Elapsed:         el.Seconds(),
+		CPUs:            r.cpu.Seconds(),
+		PeakHeapMB:      float64(r.smp.peakLive) / (1 << 20),
+		PeakHeapAllocMB: float64(r.smp.peakAlloc) / (1 << 20),
+		Note:            r.note,
+	}
+	if el > 0 {
+		res.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
+	}
+	if b.Time > 0 && el > 0 {
+		eff := b.Time.Seconds() / el.Seconds()
+		res.Efficiency = &eff
+		co := b.ChainOrderTime.Seconds() / el.Seconds()
+		res.EfficiencyChainOrder = &co
+	}
+	if d.lim != nil {
+		res.WaitOvershoot = d.lim.overshoot()
+	}
+	first := d.prog.first.Load()
+	for _, sm := range r.smp.samples {
+		if sm.at >= first {
+			res.series = append(res.series, seriesPoint{t: time.Duration(sm.at - first).Seconds(), done: sm.done})
+		}
+	}
+	return res
+}
+
+// judge reads the design's topics back, checks them against the model and
+// sets res.Correctness; it fails with ErrIncorrect when they differ.
+func (h *harness) judge(r *running, res *DesignResult) error {
+	s := r.s
+	c, err := h.check(r.d, s.exp)
+	if err != nil {
+		return err
+	}
+	if s.paceRate > 0 && c.Missing+c.Duplicates+c.Unexpected+c.OrderViolations == 0 {
+		// While input is fed live, a partition may pause longer than
+		// IdleTimeout; both designs then release the gate (DESIGN §5: idle
+		// release trades completeness for progress), and an install may
+		// miss a click that arrives after the pause. Such differences in
+		// content are reported, not failed; loss, duplication and order are
+		// checked as everywhere.
+		c.OK = true
+	}
+	res.Correctness = &c
+	if !c.OK {
+		return fmt.Errorf("%w: %s (%s, workload %s P=%d W=%d): missing %d, duplicated %d, mismatched %d, unexpected %d, out of order %d; first: %s",
+			ErrIncorrect, s.kind, r.phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
+			c.Missing, c.Duplicates, c.Mismatched, c.Unexpected, c.OrderViolations, c.First)
+	}
+	return nil
+}
+
+// latency sets the latencies of the measured outputs (and their floors)
+// from the acknowledgement log and the feeder's send times.
+func (h *harness) latency(r *running, res *DesignResult) {
+	s, f := r.s, r.f
+	first, last := &s.exp.recs[s.warm], &s.exp.recs[s.warm+s.measured-1]
+	from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
+	acks := r.d.acks.acks
+	lat := latencies(acks, f, from, to)
+	res.latencies = lat
+	res.LatencyOutputs = len(lat)
+	if len(lat) > 0 {
+		p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
+		res.P50ms, res.P99ms = &p50, &p99
+	}
+	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
+		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
+		res.FloorP50ms, res.FloorP99ms = &p50, &p99
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -426,11 +533,11 @@ func noteText(n string) string {
 }
 
 func (h *harness) check(d *design, exp *expectation) (Correctness, error) {
-	outs, err := h.c.readTopic(d.out)
+	outs, err := h.c.ReadAll(d.out, false)
 	if err != nil {
 		return Correctness{}, err
 	}
-	dlq, err := h.c.readTopic(d.dlq)
+	dlq, err := h.c.ReadAll(d.dlq, false)
 	if err != nil {
 		return Correctness{}, err
 	}
@@ -486,16 +593,15 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	d := &design{prog: newProgress(s.exp.ends), ready: make(chan struct{})}
 	ready := d.readyAfter(P)
 	group := c.name("group")
-	base := c.config()
+	base := c.Config()
 	switch s.kind {
 	case kindRaw:
-		r := &rawConsumer{addrs: c.addrs, sarama: base, topic: s.topic, group: group, prog: d.prog, ready: ready}
+		r := &rawConsumer{addrs: c.Addrs(), sarama: base, topic: s.topic, group: group, prog: d.prog, ready: ready}
 		d.run = r.run
 		return d, nil
 	case kindNoop:
 		ch, err := chain.New([]chain.Stage{{Name: "noop", Processor: noopProcessor}}, countingDecoder{cheapDecoder, d.prog},
-			chain.WithObserver(chainObserver{d.prog, 0}), chain.WithLogger(o.Logger), chain.WithBufferSize(o.BufferSize),
-			chain.WithBatchSize(min(256, o.BufferSize)))
+			chain.WithObserver(chainObserver{d.prog, 0}), chain.WithLogger(o.Logger), chain.WithBufferSize(o.BufferSize))
 		if err != nil {
 			return nil, err
 		}
@@ -517,7 +623,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.close()
 		return nil, err
 	}
-	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: c.addrs, Sarama: base, Logger: o.Logger})
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: c.Addrs(), Sarama: base, Logger: o.Logger})
 	if err != nil {
 		closeStore()
 		d.close()
@@ -532,24 +638,30 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	}
 	lim := newLimiter(W)
 	d.lim = lim
-	stages := attribution.Chain(h.cfg)
-	for i := range stages {
-		stages[i].Processor = withCost(stages[i].Processor, lim)
-		stages[i].KeyConcurrency = W
+	cfg := h.cfg
+	if s.cfg != nil {
+		cfg = *s.cfg // the velocity runs
 	}
-	dec := countingDecoder{attribution.Decoder(h.cfg), d.prog}
+	// Both designs: every processor takes a slot of the W-slot limiter
+	// around its simulated cost; every decoded record is counted.
+	costs := func(stages []chain.Stage) []chain.Stage {
+		for i := range stages {
+			stages[i].Processor = withCost(stages[i].Processor, lim)
+		}
+		return stages
+	}
+	counting := func(dec chain.Decoder) chain.Decoder { return countingDecoder{dec, d.prog} }
 
 	switch s.kind {
-	case kindChain, kindPolling:
+	case kindChain, kindPolling, kindVelocity:
 		buf := o.BufferSize
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
 		}
-		ch, err := chain.New(stages, dec,
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting},
 			chain.WithStore(st), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
-			chain.WithLateness(h.cfg.Lateness), chain.WithIdleTimeout(o.IdleTimeout),
-			chain.WithBufferSize(buf), chain.WithBatchSize(min(256, buf)),
-			chain.WithObserver(chainObserver{d.prog, len(stages) - 1}), chain.WithLogger(o.Logger))
+			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf),
+			chain.WithObserver(chainObserver{d.prog, lastStage(cfg)}), chain.WithLogger(o.Logger))
 		if err != nil {
 			d.close()
 			return nil, err
@@ -557,16 +669,16 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.run = h.chainRun(ch, s.topic, group, func(int) { ready(1) })
 		d.note = func() string { return chainNote(ch.Stats()) }
 	case kindMicroBatch, kindMicroBatchKey:
-		mb := &microBatch{
-			addrs: c.addrs, sarama: base, topic: s.topic, group: group,
-			stages: stages, dec: dec, store: st, prod: ap, out: d.out, dlq: d.dlq,
-			lateness: h.cfg.Lateness, idle: o.IdleTimeout, size: o.BatchSize, linger: o.BatchLinger,
-			workers: W, keyOrder: s.kind == kindMicroBatchKey, prog: d.prog, log: o.Logger, ready: ready,
-			maxRetries: 5, backoff: 10 * time.Millisecond, maxBackoff: time.Second,
-		}
-		d.run = mb.run
+		mb := microbatch.New(microbatch.Config{
+			Brokers: c.Addrs(), Sarama: base, Topic: s.topic, Group: group,
+			Stages: costs(attribution.Chain(h.cfg)), Decoder: counting(attribution.Decoder(h.cfg)), Store: st, Producer: ap, OutputTopic: d.out, DLQTopic: d.dlq,
+			Lateness: h.cfg.Lateness, IdleTimeout: o.IdleTimeout, BatchSize: o.BatchSize, BatchLinger: o.BatchLinger,
+			Workers: W, KeyOrder: s.kind == kindMicroBatchKey, Progress: d.prog.advance, Logger: o.Logger, Ready: ready,
+			Retry: chain.RetryPolicy{MaxRetries: 5, Backoff: 10 * time.Millisecond, MaxBackoff: time.Second},
+		})
+		d.run = mb.Run
 		d.note = func() string {
-			return fmt.Sprintf("%d batches, %d idle releases", mb.batches.Load(), mb.release.Load())
+			return fmt.Sprintf("%d batches, %d idle releases", mb.Batches(), mb.IdleReleases())
 		}
 	default:
 		d.close()
@@ -575,12 +687,22 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	return d, nil
 }
 
+// lastStage is the index of the attribution chain's last stage, purchase
+// (attribution.Chain: click, install, purchase; click, velocity, install,
+// purchase with the velocity stage).
+func lastStage(cfg attribution.Config) int {
+	if cfg.Velocity.Enabled() {
+		return 3
+	}
+	return 2
+}
+
 // chainRun binds ch to the topic with the kafka adapter.
 func (h *harness) chainRun(ch *chain.Chain, topic, group string, assigned func(int)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		return kafka.Run(ctx, ch, kafka.Config{
-			Brokers: h.c.addrs, Topic: topic, Group: group, Start: kafka.StartEarliest,
-			Sarama: h.c.config(), Logger: h.o.Logger,
+			Brokers: h.c.Addrs(), Topic: topic, Group: group, Start: kafka.StartEarliest,
+			Sarama: h.c.Config(), Logger: h.o.Logger,
 			Hooks: kafka.Hooks{Assigned: func(string, int32, int64) { assigned(1) }},
 		})
 	}

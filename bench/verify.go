@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"bytes"
-	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -18,9 +15,12 @@ import (
 // expectation is what DESIGN §5 prescribes for one input (reference.Run over
 // each partition's log), and the analytical bound of its cost draws.
 type expectation struct {
-	recs    []workload.Record
-	parts   [][]chain.Record
-	ends    []int64
+	recs  []workload.Record
+	parts [][]chain.Record
+	ends  []int64
+	// model checks a design's topics; outputs and invalid index its
+	// results for the gate and the tests.
+	model   *reference.Expectation
 	outputs map[source]reference.Output
 	invalid map[source]bool
 	bound   Bound
@@ -114,9 +114,10 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 	for i := range recs {
 		costs[recs[i].Partition][recs[i].Offset] = recs[i].Cost
 	}
+	e.model = reference.Expect(e.parts, cfg)
 	for p, log := range e.parts {
 		e.ends[p] = int64(len(log))
-		res := reference.Run(log, cfg)
+		res := e.model.Results()[p]
 		for _, o := range res.Installs {
 			e.outputs[source{int32(p), o.Offset}] = o
 		}
@@ -248,119 +249,47 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 }
 
 // Correctness is the comparison of one design run's output and dead-letter
-// topics with the reference model. OK means nothing is missing, duplicated,
-// different or unexpected, and every key's outputs of a stage are in offset
-// order.
+// topics with the reference model (reference.Check: every output exactly
+// once, one key's outputs of a stage in offset order). OK means nothing is
+// missing, duplicated, different or unexpected, and every key's outputs of
+// a stage are in offset order.
 type Correctness struct {
-	OK          bool `json:"ok"`
-	Outputs     int  `json:"outputs"`
-	DeadLetters int  `json:"dead_letters"`
-	Missing     int  `json:"missing"`
-	Duplicates  int  `json:"duplicates"`
+	OK bool `json:"ok"`
+	// Outputs and DeadLetters count the records read back.
+	Outputs     int `json:"outputs"`
+	DeadLetters int `json:"dead_letters"`
+	Missing     int `json:"missing"`
+	Duplicates  int `json:"duplicates"`
 	// Mismatched outputs differ in content; in the latency phase they are
 	// tolerated (idle releases while input arrives live), see measure.
-	Mismatched      int    `json:"mismatched"`
+	Mismatched int `json:"mismatched"`
+	// Unexpected outputs or dead letters are of inputs the model gives
+	// none, or name no input.
 	Unexpected      int    `json:"unexpected"`
 	OrderViolations int    `json:"order_violations"`
 	First           string `json:"first_problem,omitempty"`
 }
-
-func (c *Correctness) problem(counter *int, format string, args ...any) {
-	*counter++
-	if c.First == "" {
-		c.First = fmt.Sprintf(format, args...)
-	}
-}
-
-func header(hs []*sarama.RecordHeader, key string) ([]byte, bool) {
-	for _, h := range hs {
-		if h != nil && string(h.Key) == key {
-			return h.Value, true
-		}
-	}
-	return nil, false
-}
-
-var installPrefix = []byte(`{"kind":"install"`)
 
 // verify compares outputs and dead letters (read back from a design's topics)
 // with the expectation. Every output is identified by its source header, so a
 // record whose output appears twice is a duplicate and one whose output is
 // absent is lost.
 func (e *expectation) verify(outs, dlq map[int32][]*sarama.ConsumerMessage) Correctness {
-	var c Correctness
-	seen := map[source]int{}
-	type orderKey struct {
-		key       string
-		install   bool
-		partition int32
+	r := e.model.Check(reference.FromKafka(outs), reference.FromKafka(dlq),
+		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.KeyOrder})
+	o, d := r.Outputs(), r.DeadLetters
+	c := Correctness{
+		OK:              r.OK(),
+		Outputs:         r.OutputsRead,
+		DeadLetters:     r.DeadLettersRead,
+		Missing:         o.Missing + d.Missing,
+		Duplicates:      o.IdenticalDuplicates + o.ConflictingDuplicates + d.IdenticalDuplicates + d.ConflictingDuplicates,
+		Mismatched:      o.Mismatched + d.Mismatched,
+		Unexpected:      o.Unexpected + d.Unexpected + r.Unattributable,
+		OrderViolations: r.OrderViolations,
 	}
-	for op, msgs := range outs {
-		last := map[orderKey]source{}
-		for _, m := range msgs {
-			c.Outputs++
-			v, ok := header(m.Headers, attribution.SourceHeader)
-			src, ok2 := parseSource(v)
-			if !ok || !ok2 {
-				c.problem(&c.Unexpected, "output %d/%d has no source header", op, m.Offset)
-				continue
-			}
-			if seen[src]++; seen[src] > 1 {
-				c.problem(&c.Duplicates, "output of input %d/%d appears %d times", src.partition, src.offset, seen[src])
-				continue
-			}
-			want, ok := e.outputs[src]
-			switch {
-			case !ok:
-				c.problem(&c.Unexpected, "output of input %d/%d is not in the reference: %s", src.partition, src.offset, m.Value)
-				continue
-			case !bytes.Equal(want.Value, m.Value) || !bytes.Equal(want.Key, m.Key):
-				c.problem(&c.Mismatched, "output of input %d/%d differs:\n  want %s\n  got  %s", src.partition, src.offset, want.Value, m.Value)
-			}
-			k := orderKey{string(m.Key), bytes.HasPrefix(m.Value, installPrefix), src.partition}
-			if prev, ok := last[k]; ok && prev.offset > src.offset {
-				c.problem(&c.OrderViolations, "outputs of key %q: input %d/%d after %d/%d", k.key, src.partition, src.offset, prev.partition, prev.offset)
-			}
-			last[k] = src
-		}
+	if len(r.Problems) > 0 {
+		c.First = r.Problems[0]
 	}
-	for src := range e.outputs {
-		if seen[src] == 0 {
-			c.problem(&c.Missing, "output of input %d/%d is missing", src.partition, src.offset)
-		}
-	}
-	dseen := map[source]int{}
-	for _, msgs := range dlq {
-		for _, m := range msgs {
-			c.DeadLetters++
-			pv, ok1 := header(m.Headers, chain.HeaderDLQPartition)
-			ov, ok2 := header(m.Headers, chain.HeaderDLQOffset)
-			p, err1 := strconv.ParseInt(string(pv), 10, 32)
-			o, err2 := strconv.ParseInt(string(ov), 10, 64)
-			if !ok1 || !ok2 || err1 != nil || err2 != nil {
-				c.problem(&c.Unexpected, "dead letter %d has no source headers", m.Offset)
-				continue
-			}
-			src := source{int32(p), o}
-			if dseen[src]++; dseen[src] > 1 {
-				c.problem(&c.Duplicates, "dead letter of input %d/%d appears %d times", p, o, dseen[src])
-				continue
-			}
-			if !e.invalid[src] {
-				c.problem(&c.Unexpected, "input %d/%d was dead-lettered but is valid in the reference", p, o)
-				continue
-			}
-			in := &e.parts[p][o]
-			if !bytes.Equal(in.Key, m.Key) || !bytes.Equal(in.Value, m.Value) {
-				c.problem(&c.Mismatched, "dead letter of input %d/%d does not carry the original key and value", p, o)
-			}
-		}
-	}
-	for src := range e.invalid {
-		if dseen[src] == 0 {
-			c.problem(&c.Missing, "dead letter of input %d/%d is missing", src.partition, src.offset)
-		}
-	}
-	c.OK = c.Missing+c.Duplicates+c.Mismatched+c.Unexpected+c.OrderViolations == 0
 	return c
 }

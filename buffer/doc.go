@@ -26,7 +26,10 @@
 // One reader, the pacer (the chain's first stage), paces the writer:
 // items with offset >= the pacer's cursor are unread, the others are read.
 // Append never overwrites an unread item: while the ring holds capacity
-// unread items it blocks until the pacer reads on (or ctx ends, or Close).
+// unread items it blocks until the pacer reads on (or ctx ends, or Close),
+// and only then — a pacer that starts ahead of the ring (the first stage
+// resuming further than the slowest one) has read everything below its
+// cursor, so Append evicts and goes on up to it without waiting.
 // When the ring is full but some items are read, Append evicts the oldest
 // items, as few as the new items need, and Low moves past them. Eviction is
 // lazy, so read items stay available to the slower readers as long as the

@@ -12,7 +12,6 @@ import (
 // invariant and the concurrency contract.
 type Ring[T any] struct {
 	offsetOf func(*T) int64
-	now      func() time.Time
 	capacity int
 
 	mu struct {
@@ -53,21 +52,13 @@ type Stats struct {
 // (Low() == High() == start). It panics if capacity < 1 or offsetOf is nil.
 // The backing array of capacity items is allocated here, once.
 func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
-	return NewWithClock(capacity, start, offsetOf, time.Now)
-}
-
-// NewWithClock is New with the clock LastAppend reports (nil means time.Now).
-func NewWithClock[T any](capacity int, start int64, offsetOf func(*T) int64, now func() time.Time) *Ring[T] {
 	if capacity < 1 {
 		panic(fmt.Sprintf("buffer: capacity %d < 1", capacity))
 	}
 	if offsetOf == nil {
 		panic("buffer: nil offsetOf")
 	}
-	if now == nil {
-		now = time.Now
-	}
-	r := &Ring[T]{offsetOf: offsetOf, now: now, capacity: capacity}
+	r := &Ring[T]{offsetOf: offsetOf, capacity: capacity}
 	r.mu.buf = make([]T, capacity)
 	r.mu.low, r.mu.high, r.mu.pacer = start, start, start
 	return r
@@ -97,9 +88,17 @@ func (r *Ring[T]) Append(ctx context.Context, items []T) error {
 		return fmt.Errorf("%w: offset %d below high %d", ErrOrder, first, r.mu.high)
 	}
 	for {
-		items = items[r.appendLocked(items):]
+		k := r.appendLocked(items)
+		items = items[k:]
 		if len(items) == 0 {
 			return nil
+		}
+		if k > 0 {
+			// One call appends at most a ring's worth; the pacer may
+			// already have read past what was just appended (it starts
+			// ahead of the ring when the first stage resumes further than
+			// the slowest one), so try again before waiting for it to move.
+			continue
 		}
 		// Full of unread items: wait for the pacer.
 		if r.mu.room == nil {
@@ -150,7 +149,7 @@ func (r *Ring[T]) appendLocked(items []T) int {
 	copy(r.mu.buf, items[m:k])
 	r.mu.n += k
 	r.mu.high = r.offsetOf(&items[k-1]) + 1
-	r.mu.lastAppend = r.now()
+	r.mu.lastAppend = time.Now()
 	r.mu.stats.Appended += uint64(k)
 	if r.mu.changed != nil {
 		close(r.mu.changed)

@@ -65,6 +65,7 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.observer = combine(cfg.observers)
 	for _, s := range stages {
 		if s.KeyConcurrency > cfg.inFlight {
 			return nil, fmt.Errorf("chain: stage %q: key concurrency %d exceeds the in-flight window %d", s.Name, s.KeyConcurrency, cfg.inFlight)

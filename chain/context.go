@@ -55,7 +55,8 @@ func (c *Context) State() State { return &c.st }
 // every one of them (DESIGN I5). Outputs of a failed attempt are discarded.
 func (c *Context) Emit(m Message) { c.out = append(c.out, m) }
 
-// Emitted returns the outputs queued so far (for tests of processors).
+// Emitted returns the outputs queued so far: for tests of processors, and
+// for drivers that produce them themselves (NewContext).
 func (c *Context) Emitted() []Message { return c.out }
 
 // ErrNoStore is returned by State operations when the chain has no Store.
@@ -101,9 +102,10 @@ func (b *boundState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool)
 	return b.ss.ScanReverse(lo, hi, fn)
 }
 
-// TestContext describes a standalone Context for unit-testing a processor
-// without running a chain.
-type TestContext struct {
+// ContextOptions describes a Context made outside a running chain: for
+// calling a Processor directly (unit tests of processors) or from another
+// driver of the same processors (the micro-batch baseline).
+type ContextOptions struct {
 	Topic      string
 	Partition  int32
 	Stage      string
@@ -116,18 +118,37 @@ type TestContext struct {
 	State StageState
 }
 
-// NewTestContext returns a Context for calling a Processor directly in tests.
-func NewTestContext(tc TestContext) *Context {
-	wm := tc.EvictionWatermark
+// NewContext returns a Context for one call of a Processor (or Sequencer)
+// on the record at o.Offset; Emitted returns what it emitted.
+func NewContext(o ContextOptions) *Context {
+	wm := o.EvictionWatermark
 	return &Context{
-		topic:      tc.Topic,
-		partition:  tc.Partition,
-		stage:      tc.Stage,
-		offset:     tc.Offset,
-		streamTime: tc.StreamTime,
+		topic:      o.Topic,
+		partition:  o.Partition,
+		stage:      o.Stage,
+		offset:     o.Offset,
+		streamTime: o.StreamTime,
 		evictWM:    func() time.Time { return wm },
-		st:         boundState{ss: tc.State, offset: tc.Offset},
+		st:         boundState{ss: o.State, offset: o.Offset},
 	}
+}
+
+// TestContext is ContextOptions under the name processor tests use.
+type TestContext = ContextOptions
+
+// NewTestContext is NewContext, for tests of processors.
+func NewTestContext(tc TestContext) *Context { return NewContext(tc) }
+
+// EvictBefore is the eviction bound of a checkpoint whose slowest stage has
+// watermark wm: state entries expiring at or before it — strictly before
+// the watermark — can no longer be used by any rule, since no stage will
+// process a record whose stream time is below wm again. Zero (evict
+// nothing) when wm is zero.
+func EvictBefore(wm time.Time) time.Time {
+	if wm.IsZero() {
+		return time.Time{}
+	}
+	return wm.Add(-time.Nanosecond)
 }
 
 // reset prepares a reused Context for the record at offset o.

@@ -11,6 +11,13 @@ import (
 // keeps per-partition order). Records of a busy key wait in that key's queue;
 // the number of queued and running records is bounded by the stage's
 // in-flight window, because every one of them was begun in the tracker.
+//
+// Stopping: the stage loop stops dispatching, but a record queued behind a
+// busy key was begun, and records of other keys after it may already be
+// complete — dropping it would leave the position below them, and a restart
+// would process them again (issue #9.1). So the worker that owns a key runs
+// its queue to the end during the drain; only the shutdown timeout (the
+// work context ends) or a fatal error of the key's record drops the rest.
 type dispatcher struct {
 	s       *stageRun
 	runCtx  context.Context
@@ -44,7 +51,9 @@ func newDispatcher(s *stageRun, runCtx, workCtx context.Context) *dispatcher {
 }
 
 // dispatch hands a begun record to a worker, or queues it behind its key.
-// It blocks while every worker is busy.
+// It blocks while every worker is busy. If the stage stops meanwhile, the
+// record — the last one the stage began, its key's only one — is dropped
+// (not processed, not committed: nothing after it was begun).
 func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64) error {
 	d.mu.Lock()
 	j := d.newJobLocked()
@@ -80,6 +89,8 @@ func (d *dispatcher) newJobLocked() *job {
 	return new(job)
 }
 
+// worker takes keys from the stage loop and runs each key's records until
+// its queue is empty, also while the partition stops (see dispatcher).
 func (d *dispatcher) worker(pc *Context) {
 	for {
 		var j *job
@@ -89,26 +100,28 @@ func (d *dispatcher) worker(pc *Context) {
 			return
 		}
 		for j != nil {
-			if err := d.s.process(d.runCtx, pc, &j.ev, j.stream); err != nil {
+			err := d.s.process(pc, &j.ev, j.stream)
+			if err != nil {
 				d.s.p.fail(err)
 			}
-			stopping := d.runCtx.Err() != nil
-			j = d.finishKey(j, stopping)
+			j = d.finishKey(j, err != nil || d.workCtx.Err() != nil)
 		}
 	}
 }
 
 // finishKey releases j and returns the next record of its key, or nil (then
-// the key is no longer busy). When stopping, the key's queued records are
-// abandoned (dropped: not completed, so not committed).
-func (d *dispatcher) finishKey(j *job, stopping bool) *job {
+// the key is no longer busy). With drop, the key's queued records are
+// dropped (not completed, so not committed): j failed fatally — running its
+// successors would produce outputs the next owner repeats — or the
+// shutdown timeout abandoned the partition's in-flight records.
+func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	key := string(j.ev.Key)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	q := d.mu.keys[key]
 	j.ev, j.next = Event{}, nil
 	d.mu.free = append(d.mu.free, j)
-	if stopping {
+	if drop {
 		for n := q.head; n != nil; {
 			next := n.next
 			n.ev, n.next = Event{}, nil
@@ -131,16 +144,8 @@ func (d *dispatcher) finishKey(j *job, stopping bool) *job {
 	return n
 }
 
-// stop waits for the workers; records still queued behind a busy key are
-// dropped (the partition is stopping and they are not committed).
+// stop waits for the workers. A worker returns only with its key's queue
+// empty, so nothing is left queued.
 func (d *dispatcher) stop() {
 	d.wg.Wait()
-	d.mu.Lock()
-	for k, q := range d.mu.keys {
-		for n := q.head; n != nil; n = n.next {
-			d.s.drop()
-		}
-		delete(d.mu.keys, k)
-	}
-	d.mu.Unlock()
 }

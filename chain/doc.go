@@ -31,27 +31,59 @@
 //     stage's checkpoint in the metadata, and never moves it backwards.
 //   - Exactly-once state (I4): state writes are tagged with their record's
 //     offset and persisted with the stage position that covers them, in one
-//     batch (Store).
+//     batch (Store). Each stage's checkpoint is a (position, watermark) pair
+//     that existed (published as one value), and the partition's snapshot
+//     never stores a follower beyond its leader. Local state that does not
+//     belong to the resume positions (stale, or the group's offset reset by
+//     a tool below it) is dropped, and the log says why.
 //   - No lost output (I5): a record completes only after Kafka acknowledged
 //     its outputs (Producer), so no checkpoint covers an unacknowledged output.
 //   - Clean stop (I6, I10): on revoke or shutdown the partition stops
-//     beginning records, lets the begun ones finish (ShutdownTimeout), then
-//     persists and commits exactly what completed; a restart resumes every
-//     stage at its own position, so nothing is repeated.
+//     beginning records and lets every begun one finish (ShutdownTimeout) —
+//     retries, acknowledgements and, in key-parallel stages, the records
+//     queued behind a busy key included — so the completed set is contiguous;
+//     then it persists and commits exactly what completed, and a restart
+//     resumes every stage at its own position: nothing is repeated. After
+//     the timeout the records still in flight are abandoned (not committed,
+//     their late errors ignored; RunPartition returns ErrShutdownTimeout),
+//     and a processor that ignores its context is left behind after a short
+//     grace rather than holding the revoke for ever.
 //   - Bad input (I7, I8): undecodable records are dead-lettered by the first
-//     stage and skipped by the others; processor errors are retried with
-//     bounded backoff, then dead-lettered; Fatal errors stop the partition
-//     after the same final commit.
+//     stage and skipped by the others (DeadLetter: a record too large for
+//     the dead-letter topic is cut, with its size and hash in headers);
+//     processor errors are retried with bounded backoff (RetryPolicy), then
+//     dead-lettered; Fatal errors stop the partition after the same final
+//     commit.
 //   - Bounded memory (I9): the buffer, each stage's in-flight window and the
 //     key queues are bounded by options; nothing grows with the input.
+//   - State that follows its partition (DESIGN §8, WithChangelog): a
+//     checkpoint acknowledges outputs, then appends its state changes to the
+//     partition's changelog and waits for the acknowledgement, then persists
+//     state, positions and changelog offset in one store batch, then commits
+//     positions and changelog offset to Kafka. At assignment, before any
+//     stage starts, the partition's local state is brought to the committed
+//     checkpoint (kept, caught up, or rebuilt from the changelog; records
+//     after the committed changelog offset are cancelled, never applied), so
+//     a move, a crash or a scale-out changes no result. The restore runs on
+//     the partition's goroutine, shows in Stats (PartitionStats.Restore) and
+//     stops with the partition's context.
 //
 // # Concurrency
 //
 // A Chain is safe for concurrent RunPartition calls (one per partition) and
 // Stats. Within a partition, each stage goroutine owns its cursor, stream
-// time and mode; positions and watermarks are published through atomics
-// under the stage's mutex (so they never go backwards) and read lock-free by
-// followers. Every goroutine a RunPartition call starts has returned when it
-// returns. See DESIGN.md in the repository for the state diagram and the
-// races walked through.
+// time and mode; checkpoints are published under the stage's mutex (so they
+// never go backwards) through a sequence lock and read lock-free by
+// followers, the commit loop and Stats. Observers (WithObserver, any number)
+// are called from the partition's goroutines, concurrently. Every goroutine
+// a RunPartition call starts has returned when it returns, except one stuck
+// in a processor that ignores its cancelled context. See DESIGN.md in the
+// repository for the state diagram and the races walked through.
+//
+// # For other drivers of the same processors
+//
+// NewContext, RetryPolicy, DeadLetter, ProduceDeadLetter and EvictBefore are
+// the engine's own rules, exported so that a different scheduler of the
+// same processors (the micro-batch baseline, bench/microbatch) applies them
+// identically instead of copying them.
 package chain

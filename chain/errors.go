@@ -7,8 +7,6 @@ import (
 
 // Sentinel errors.
 var (
-	// ErrStopped is returned by Run after a clean stop requested through its context.
-	ErrStopped = errors.New("chain: stopped")
 	// ErrShutdownTimeout: in-flight records did not finish within the shutdown timeout;
 	// only what completed was committed.
 	ErrShutdownTimeout = errors.New("chain: shutdown timeout: in-flight records abandoned (not committed)")
@@ -17,6 +15,11 @@ var (
 	// ended); the next owner resumes from the previous commit and repeats
 	// what completed since.
 	ErrFinalCommit = errors.New("chain: final commit failed")
+	// ErrMessageTooLarge is what a Producer's error wraps when Kafka or the
+	// client refuses a message for its size; the chain then produces a
+	// minimal dead letter instead of failing the partition
+	// (ProduceDeadLetter).
+	ErrMessageTooLarge = errors.New("chain: message too large")
 )
 
 type permanentError struct{ err error }

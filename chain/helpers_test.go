@@ -59,6 +59,18 @@ func (r *recorder) note(stage string, key []byte, o int64) {
 	r.byKey[stage][string(key)] = append(r.byKey[stage][string(key)], o)
 }
 
+// callsOf returns a copy of stage's calls per offset, taken under the lock
+// (processors may still run).
+func (r *recorder) callsOf(stage string) map[int64]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[int64]int{}
+	for o, c := range r.calls[stage] {
+		out[o] = c
+	}
+	return out
+}
+
 // proc returns a processor that records the call, optionally waits (fake
 // time under synctest) and emits one output naming the stage and offset.
 func (r *recorder) proc(emit bool, cost func(o int64) time.Duration) chain.Processor {

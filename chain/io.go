@@ -91,30 +91,3 @@ type StageState interface {
 	Scan(lo, hi []byte, fn func(key, value []byte) bool) error
 	ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error
 }
-
-// Clock is the engine's source of time; tests replace it (or run under
-// testing/synctest with the real one).
-type Clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) Timer
-}
-
-// Timer is the part of *time.Timer the engine uses.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (t realTimer) C() <-chan time.Time { return t.t.C }
-func (t realTimer) Stop() bool          { return t.t.Stop() }
-
-// RealClock is the wall clock.
-var RealClock Clock = realClock{}

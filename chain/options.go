@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	metrics "github.com/rcrowley/go-metrics"
 )
 
 // Option configures a Chain. Each option's doc states its default.
@@ -15,12 +13,24 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// The defaults of the options that callers most often restate (CLI flags,
+// benchmark settings).
+const (
+	DefaultIdleTimeout     = time.Second      // WithIdleTimeout
+	DefaultBufferSize      = 8192             // WithBufferSize
+	DefaultBatchSize       = 256              // WithBatchSize, at most the buffer size
+	DefaultInFlight        = 1024             // WithInFlight; also bounds Stage.KeyConcurrency
+	DefaultCommitInterval  = time.Second      // WithCommitInterval
+	DefaultShutdownTimeout = 30 * time.Second // WithShutdownTimeout
+)
+
 type config struct {
 	offsetDistance  int64
 	lateness        time.Duration
 	idleTimeout     time.Duration
 	bufferSize      int
 	batchSize       int
+	batchSizeSet    bool // WithBatchSize was given; else batchSize follows the buffer size
 	inFlight        int
 	commitInterval  time.Duration
 	shutdownTimeout time.Duration
@@ -29,33 +39,38 @@ type config struct {
 	maxRetryBackoff time.Duration
 	outputTopic     string
 	dlqTopic        string
+	maxDeadLetter   int
 	store           Store
+	changelog       Changelog
 	producer        Producer
-	clock           Clock
 	logger          *slog.Logger
-	registry        metrics.Registry
-	observer        Observer
+	observers       []Observer
+	// observer fans out to observers; nil when there is none (New).
+	observer Observer
 }
 
 func defaultConfig() config {
 	return config{
 		offsetDistance:  0,
 		lateness:        0,
-		idleTimeout:     time.Second,
-		bufferSize:      8192,
-		batchSize:       256,
-		inFlight:        1024,
-		commitInterval:  time.Second,
-		shutdownTimeout: 30 * time.Second,
+		idleTimeout:     DefaultIdleTimeout,
+		bufferSize:      DefaultBufferSize,
+		batchSize:       DefaultBatchSize,
+		inFlight:        DefaultInFlight,
+		commitInterval:  DefaultCommitInterval,
+		shutdownTimeout: DefaultShutdownTimeout,
 		maxRetries:      5,
 		retryBackoff:    10 * time.Millisecond,
 		maxRetryBackoff: time.Second,
-		clock:           RealClock,
+		maxDeadLetter:   DefaultMaxDeadLetterBytes,
 		logger:          slog.New(slog.DiscardHandler),
 	}
 }
 
 func (c *config) validate() error {
+	if !c.batchSizeSet {
+		c.batchSize = min(DefaultBatchSize, c.bufferSize)
+	}
 	switch {
 	case c.offsetDistance < 0:
 		return fmt.Errorf("chain: offset distance must be >= 0, got %d", c.offsetDistance)
@@ -79,10 +94,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: max retries must be >= 0, got %d", c.maxRetries)
 	case c.retryBackoff <= 0 || c.maxRetryBackoff < c.retryBackoff:
 		return fmt.Errorf("chain: retry backoff must be > 0 and <= its maximum, got %v and %v", c.retryBackoff, c.maxRetryBackoff)
-	case c.clock == nil:
-		return fmt.Errorf("chain: clock must not be nil")
+	case c.maxDeadLetter < MinDeadLetterBytes:
+		return fmt.Errorf("chain: max dead-letter size must be >= %d bytes, got %d", MinDeadLetterBytes, c.maxDeadLetter)
 	case c.logger == nil:
 		return fmt.Errorf("chain: logger must not be nil")
+	case c.changelog != nil && c.store == nil:
+		return fmt.Errorf("chain: a changelog (WithChangelog) needs a state store (WithStore)")
 	}
 	return nil
 }
@@ -117,9 +134,10 @@ func WithBufferSize(n int) Option {
 }
 
 // WithBatchSize sets how many records a stage takes from the buffer (or its
-// poller) at once. Default 256.
+// poller) at once; at most the buffer size. Default 256, or the buffer size
+// if that is smaller.
 func WithBatchSize(n int) Option {
-	return optionFunc(func(c *config) { c.batchSize = n })
+	return optionFunc(func(c *config) { c.batchSize, c.batchSizeSet = n, true })
 }
 
 // WithInFlight sets the per-stage window of records begun but not completed
@@ -143,7 +161,9 @@ func WithShutdownTimeout(d time.Duration) Option {
 
 // WithRetry sets how often a failing record is retried (max, default 5) and
 // the exponential backoff between attempts (base default 10ms, capped at max
-// default 1s). After the last attempt the record is dead-lettered.
+// default 1s): the stages' RetryPolicy. After the last attempt the record is
+// dead-lettered. A record a stop finds waiting between two attempts is still
+// retried: begun records finish within the shutdown timeout.
 func WithRetry(max int, base, maxBackoff time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.maxRetries, c.retryBackoff, c.maxRetryBackoff = max, base, maxBackoff
@@ -162,6 +182,15 @@ func WithDLQTopic(t string) Option {
 	return optionFunc(func(c *config) { c.dlqTopic = t })
 }
 
+// WithMaxDeadLetterBytes bounds a dead letter's key, value and headers
+// together: a larger record is dead-lettered with its value cut to fit and
+// headers giving the original size and SHA-256 (DeadLetter). Set it to what
+// the producer and the dead-letter topic accept, minus the record overhead.
+// Default DefaultMaxDeadLetterBytes; at least MinDeadLetterBytes.
+func WithMaxDeadLetterBytes(n int) Option {
+	return optionFunc(func(c *config) { c.maxDeadLetter = n })
+}
+
 // WithStore sets the state store. Default nil: State() operations fail with
 // ErrNoStore and checkpoints live only in commit metadata.
 func WithStore(s Store) Option {
@@ -174,27 +203,21 @@ func WithProducer(p Producer) Option {
 	return optionFunc(func(c *config) { c.producer = p })
 }
 
-// WithClock replaces the wall clock (tests). Default RealClock.
-func WithClock(cl Clock) Option {
-	return optionFunc(func(c *config) { c.clock = cl })
-}
-
 // WithLogger sets the structured logger. Default: discard.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// WithMetrics registers per-partition, per-stage gauges in r (the registry
-// sarama reports into); they are unregistered when the partition stops.
-// Default nil: no registration (Stats still works).
-func WithMetrics(r metrics.Registry) Option {
-	return optionFunc(func(c *config) { c.registry = r })
-}
-
-// WithObserver installs hooks called on every stage completion and commit
-// (tests and invariant checkers). Default nil.
+// WithObserver adds o to the observers called on every record begun, stage
+// advance and commit (invariant checkers, testers, progress meters, the
+// metrics adapter chain/chainmetrics). It may be given several times: every
+// observer is called, in the order given. Default: none.
 func WithObserver(o Observer) Option {
-	return optionFunc(func(c *config) { c.observer = o })
+	return optionFunc(func(c *config) {
+		if o != nil {
+			c.observers = append(c.observers, o)
+		}
+	})
 }
 
 // Observer receives engine events; implementations must be fast and safe for
@@ -223,4 +246,65 @@ type BeginInfo struct {
 	LeaderWatermark time.Time
 	// Idle: the gate released it because the leader was idle.
 	Idle bool
+}
+
+// PartitionObserver is an Observer that is also told when a partition starts
+// and stops running (e.g. to register per-partition metrics, as
+// chain/chainmetrics does). PartitionStarted runs once the partition's
+// stages exist; stats returns the partition's current snapshot (as
+// Chain.Stats) and may be called until PartitionStopped, which runs when
+// RunPartition returns.
+type PartitionObserver interface {
+	Observer
+	PartitionStarted(topic string, partition int32, stats func() PartitionStats)
+	PartitionStopped(topic string, partition int32)
+}
+
+// fanout calls every observer of a chain, in order.
+type fanout []Observer
+
+// combine returns nil for no observer, the observer itself for one, and a
+// fanout for several.
+func combine(obs []Observer) Observer {
+	switch len(obs) {
+	case 0:
+		return nil
+	case 1:
+		return obs[0]
+	}
+	return fanout(obs)
+}
+
+func (f fanout) Begin(b BeginInfo) {
+	for _, o := range f {
+		o.Begin(b)
+	}
+}
+
+func (f fanout) Advanced(topic string, partition int32, stage int, next int64, wm time.Time) {
+	for _, o := range f {
+		o.Advanced(topic, partition, stage, next, wm)
+	}
+}
+
+func (f fanout) Committed(topic string, partition int32, offset int64, metadata string) {
+	for _, o := range f {
+		o.Committed(topic, partition, offset, metadata)
+	}
+}
+
+func (f fanout) PartitionStarted(topic string, partition int32, stats func() PartitionStats) {
+	for _, o := range f {
+		if po, ok := o.(PartitionObserver); ok {
+			po.PartitionStarted(topic, partition, stats)
+		}
+	}
+}
+
+func (f fanout) PartitionStopped(topic string, partition int32) {
+	for _, o := range f {
+		if po, ok := o.(PartitionObserver); ok {
+			po.PartitionStopped(topic, partition)
+		}
+	}
 }

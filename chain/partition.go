@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,8 @@ import (
 // partitionRun is one PartitionedConsumerChain: the fetcher, the handoff
 // buffer, one goroutine per stage (plus workers of key-parallel stages) and
 // the commit loop of one assigned partition. Everything it starts has
-// returned when run returns.
+// returned when run returns — except a processor that ignores its context
+// past the shutdown timeout, which is abandoned (see stop).
 type partitionRun struct {
 	c         *Chain
 	topic     string
@@ -29,15 +31,30 @@ type partitionRun struct {
 	ps        PartitionStore // nil without a store
 	log       *slog.Logger
 
+	// With a changelog (WithChangelog): the partition's changelog, the
+	// store's changelog side, the changelog offset of the persisted state,
+	// the restore's progress and the assignment it restores.
+	clp      ChangelogPartition
+	cs       ChangelogStore
+	clOffset int64
+	restored restoreState
+	assigned Assignment
+
 	start  int64 // first offset to process; -1 until the first record is seen
 	resume []commit.Checkpoint
 	ring   *buffer.Ring[Event]
 	stages []*stageRun
 	mgr    *commit.Manager
 
-	stop    context.CancelFunc // stops fetching and dispatching
-	errOnce sync.Once
-	err     error
+	stop context.CancelFunc // stops fetching and dispatching
+
+	mu struct {
+		sync.Mutex
+		err error // the first fatal error
+		// abandoned: the shutdown timeout (or run's return) gave up the
+		// records still in flight; their late errors fail nothing.
+		abandoned bool
+	}
 
 	ckMu      sync.Mutex // serialises checkpoints (commit loop vs final)
 	committed atomic.Int64
@@ -67,7 +84,13 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		}
 		p.ps = ps
 	}
-	if err := p.restore(a); err != nil {
+	if c.cfg.changelog != nil {
+		// The state is restored in run, where a revoke can interrupt it.
+		if err := p.openChangelog(a); err != nil {
+			p.close()
+			return nil, err
+		}
+	} else if err := p.restore(a); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -78,10 +101,22 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 	return p, nil
 }
 
-// restore decides where every stage resumes: the later of its locally
-// persisted checkpoint and the one in the group's commit metadata. Local
-// state older than the group's commit belongs to an earlier ownership of the
-// partition (another instance has processed since), so it is dropped.
+// restore decides where every stage resumes, for a chain without a
+// changelog (with one: restoreFromChangelog), from the locally persisted
+// checkpoints and the group's commit:
+//
+//   - our metadata: each stage's later position. Local positions ahead are
+//     a crash between the store and the commit (the store is written
+//     first); local positions behind mean another instance processed the
+//     partition since, so the local state is stale and dropped.
+//   - metadata that is not ours (another program, a stage list that
+//     changed, a tool's offset reset — kafka-consumer-groups writes empty
+//     metadata): every stage resumes at the committed offset, and local
+//     state whose positions differ from it is dropped. A committed offset
+//     below the local positions is an external reset: the operator asked
+//     for those records again, so they must meet the state they met the
+//     first time, not the state they left behind (issue #9.4).
+//   - no commit: the local positions, or the claim's first record.
 func (p *partitionRun) restore(a Assignment) error {
 	names := p.c.names
 	var persisted []commit.Checkpoint
@@ -100,66 +135,113 @@ func (p *partitionRun) restore(a Assignment) error {
 			}
 		}
 	}
-	var meta []commit.Checkpoint
-	var mok bool
-	if a.Committed >= 0 {
-		meta, mok = commit.DecodeMetadata(a.Metadata, a.Committed, names)
-		if !mok && a.Metadata != "" {
+	if a.Committed < 0 {
+		if pok {
+			p.resumeAt(persisted)
+		}
+		return nil
+	}
+	meta, mok := commit.DecodeMetadata(a.Metadata, a.Committed, names)
+	if !mok {
+		if a.Metadata != "" {
 			p.log.Warn("commit metadata is not ours (written by another program or version); every stage resumes at the committed offset",
 				"committed", a.Committed, "metadata_len", len(a.Metadata))
 		}
-		if !mok {
-			meta = make([]commit.Checkpoint, len(names))
-			for i, n := range names {
-				meta[i] = commit.Checkpoint{Stage: n, Next: a.Committed}
-			}
+		meta = make([]commit.Checkpoint, len(names))
+		for i, n := range names {
+			meta[i] = commit.Checkpoint{Stage: n, Next: a.Committed}
 		}
 	}
 	switch {
-	case pok && meta != nil:
-		stale := false
-		for i := range persisted {
-			if persisted[i].Next < meta[i].Next {
-				stale = true
-			}
-		}
-		if stale {
-			p.log.Warn("local window state is older than the group's commit (the partition was processed elsewhere); dropping it and resuming without it",
-				"persisted", persisted, "committed", meta)
-			if err := p.ps.Reset(); err != nil {
-				return fmt.Errorf("reset stale state: %w", err)
-			}
-			p.resume = meta
-		} else {
-			p.resume = persisted
-		}
-	case pok:
-		p.resume = persisted
-	case meta != nil:
+	case !pok:
 		if p.ps != nil && mok {
 			p.log.Warn("partition arrives without local window state (at-least-once mode keeps state per instance); stages resume at their committed positions with empty windows")
 		}
-		p.resume = meta
-	}
-	if p.resume != nil {
-		p.start = slices.MinFunc(p.resume, func(a, b commit.Checkpoint) int {
-			return int(min(max(a.Next-b.Next, -1), 1))
-		}).Next
+		p.resumeAt(meta)
+	case !mok && slices.ContainsFunc(persisted, func(cp commit.Checkpoint) bool { return cp.Next > a.Committed }):
+		if err := p.dropLocalState("the group's committed offset is below the local positions and its metadata is not ours: the offset was reset (e.g. kafka-consumer-groups --reset-offsets); every stage resumes at the committed offset",
+			"committed", a.Committed, "persisted", commit.Checkpoints(persisted)); err != nil {
+			return err
+		}
+		p.resumeAt(meta)
+	case slices.ContainsFunc(persisted, func(cp commit.Checkpoint) bool { return cp.Next < a.Committed }) ||
+		mok && !slices.EqualFunc(persisted, meta, func(l, m commit.Checkpoint) bool { return l.Next >= m.Next }):
+		if err := p.dropLocalState("local window state is older than the group's commit (the partition was processed elsewhere); resuming without it",
+			"persisted", commit.Checkpoints(persisted), "committed", commit.Checkpoints(meta)); err != nil {
+			return err
+		}
+		p.resumeAt(meta)
+	default:
+		p.resumeAt(persisted)
 	}
 	return nil
 }
 
+// dropLocalState deletes the partition's local state because it does not
+// belong to the positions the partition resumes at, and logs why. (With a
+// changelog, restoreFromChangelog rebuilds the state up to the committed
+// positions instead.)
+func (p *partitionRun) dropLocalState(why string, args ...any) error {
+	p.log.Warn("dropping the partition's local state: "+why, args...)
+	if err := p.ps.Reset(); err != nil {
+		return fmt.Errorf("reset local state: %w", err)
+	}
+	return nil
+}
+
+// resumeAt sets where every stage resumes; the partition's first offset is
+// the smallest of them.
+func (p *partitionRun) resumeAt(cps []commit.Checkpoint) {
+	p.resume = cps
+	p.start = slices.MinFunc(cps, func(a, b commit.Checkpoint) int { return cmp.Compare(a.Next, b.Next) }).Next
+}
+
+// fail records the first fatal error and stops the partition. Errors that
+// arrive after the shutdown timeout abandoned the records in flight (a late
+// acknowledgement, a processor that returned at last) belong to those
+// records, which are not committed anyway: they are logged, not recorded
+// (issue #9.7).
 func (p *partitionRun) fail(err error) {
-	p.errOnce.Do(func() {
-		p.err = err
+	p.mu.Lock()
+	if p.mu.abandoned {
+		p.mu.Unlock()
+		p.log.Warn("error of an abandoned record ignored", "err", err)
+		return
+	}
+	first := p.mu.err == nil
+	if first {
+		p.mu.err = err
+	}
+	p.mu.Unlock()
+	if first {
 		p.log.Error("partition stopping on a fatal error", "err", err)
-	})
+	}
 	if p.stop != nil {
 		p.stop()
 	}
 }
 
+// abandon gives up the records still in flight: from now on their errors
+// fail nothing, and their processors' and acknowledgements' context ends.
+func (p *partitionRun) abandon(cancelWork context.CancelFunc) {
+	p.mu.Lock()
+	p.mu.abandoned = true
+	p.mu.Unlock()
+	cancelWork()
+}
+
+func (p *partitionRun) fatal() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.err
+}
+
 func (p *partitionRun) close() {
+	if p.clp != nil {
+		if err := p.clp.Close(); err != nil {
+			p.log.Warn("closing the partition's changelog", "err", err)
+		}
+	}
 	if p.ps != nil {
 		if err := p.ps.Close(); err != nil {
 			p.log.Warn("closing partition state", "err", err)
@@ -169,6 +251,9 @@ func (p *partitionRun) close() {
 
 func offsetOf(e *Event) int64 { return e.Offset }
 
+// run is the partition's life: find the start, build the stages, run until
+// ctx ends (revoke, shutdown), the claim ends or a fatal error, then stop
+// (drain within the shutdown timeout) and make the final commit.
 func (p *partitionRun) run(ctx context.Context) error {
 	defer p.close()
 	runCtx, stop := context.WithCancel(ctx)
@@ -176,98 +261,186 @@ func (p *partitionRun) run(ctx context.Context) error {
 	p.stop = stop
 	// Processors and acknowledgements keep workCtx while the partition
 	// drains; it ends only when the shutdown timeout abandons them.
-	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	defer abandon()
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer p.abandon(cancelWork)
 
-	var first []Record
-	if p.start < 0 {
-		// No commit and no local state: the claim's first record tells
-		// where the partition starts.
-		recs, err := p.src.Fetch(runCtx, nil)
-		if err != nil {
-			if runCtx.Err() != nil || errors.Is(err, io.EOF) {
+	if p.clp != nil {
+		if ro, ok := p.c.cfg.observer.(RestoreObserver); ok {
+			ro.RestoreStarted(p.topic, p.partition, p.stats)
+			defer ro.RestoreStopped(p.topic, p.partition)
+		}
+		if err := p.restoreFromChangelog(runCtx, p.assigned); err != nil {
+			if runCtx.Err() != nil {
+				p.log.Info("partition revoked while restoring its state; what was applied is kept")
 				return nil
 			}
-			return fmt.Errorf("fetch: %w", err)
-		}
-		first = recs
-		p.start = recs[0].Offset
-		p.resume = make([]commit.Checkpoint, len(p.c.names))
-		for i, n := range p.c.names {
-			p.resume[i] = commit.Checkpoint{Stage: n, Next: p.start}
+			return err
 		}
 	}
+	first, err := p.locateStart(runCtx)
+	if err != nil || p.start < 0 {
+		return err
+	}
+	p.build()
+	if po, ok := p.c.cfg.observer.(PartitionObserver); ok {
+		po.PartitionStarted(p.topic, p.partition, p.stats)
+		defer po.PartitionStopped(p.topic, p.partition)
+	}
+	g := p.launch(runCtx, workCtx, first)
+	<-runCtx.Done()
+	timedOut := p.shutdown(g, cancelWork)
+	return p.finish(ctx, timedOut)
+}
+
+// locateStart fetches the claim's first record when neither a commit nor
+// local state says where the partition starts (p.start stays -1 when the
+// partition stopped first).
+func (p *partitionRun) locateStart(ctx context.Context) ([]Record, error) {
+	if p.start >= 0 {
+		return nil, nil
+	}
+	recs, err := p.src.Fetch(ctx, nil)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	start := recs[0].Offset
+	cps := make([]commit.Checkpoint, len(p.c.names))
+	for i, n := range p.c.names {
+		cps[i] = commit.Checkpoint{Stage: n, Next: start}
+	}
+	p.resumeAt(cps)
+	return recs, nil
+}
+
+// build creates the handoff buffer and the stages at their resume positions.
+func (p *partitionRun) build() {
 	cfg := &p.c.cfg
-	p.ring = buffer.NewWithClock[Event](cfg.bufferSize, p.start, offsetOf, cfg.clock.Now)
+	p.ring = buffer.New[Event](cfg.bufferSize, p.start, offsetOf)
 	p.stages = make([]*stageRun, len(p.c.stages))
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
 	}
 	p.ready.Store(true)
-	p.log.Info("partition started", "resume", p.resume)
-	unregister := p.registerMetrics()
-	defer unregister()
+	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
+}
 
-	var wg sync.WaitGroup
-	wg.Go(func() { p.fetch(runCtx, first) })
-	commitDone := make(chan struct{})
-	go func() {
-		defer close(commitDone)
-		p.commitLoop(runCtx)
-	}()
-	var stagesWG sync.WaitGroup
+// goroutines are a running partition's: the fetcher and the commit loop
+// (fetchAndCommit), and the stages with their workers (loopsDone is closed
+// once every stage loop returned, workersDone once every key-parallel
+// worker did too).
+type goroutines struct {
+	fetchAndCommit sync.WaitGroup
+	loopsDone      chan struct{}
+	workersDone    chan struct{}
+}
+
+func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *goroutines {
+	g := &goroutines{loopsDone: make(chan struct{}), workersDone: make(chan struct{})}
+	g.fetchAndCommit.Go(func() { p.fetch(runCtx, first) })
+	g.fetchAndCommit.Go(func() { p.commitLoop(runCtx) })
+	var loops sync.WaitGroup
 	for _, s := range p.stages {
 		s.startWorkers(runCtx, workCtx)
-		stagesWG.Go(func() {
+		loops.Go(func() {
 			if err := s.loop(runCtx); err != nil {
 				p.fail(err)
 			}
 		})
 	}
-	loopsDone := make(chan struct{})
 	go func() {
-		stagesWG.Wait()
-		close(loopsDone)
+		loops.Wait()
+		close(g.loopsDone)
+		for _, s := range p.stages {
+			s.stopWorkers()
+		}
+		close(g.workersDone)
 	}()
+	return g
+}
 
-	// Stop: ctx ended (revoke, shutdown), the claim ended, or a fatal error.
-	// Stage loops stop beginning records but finish the one in hand; then
-	// the records begun must complete (processing and acknowledgement)
-	// within the shutdown timeout before the final commit.
-	<-runCtx.Done()
-	deadline := cfg.clock.NewTimer(cfg.shutdownTimeout)
+// shutdown stops the partition once runCtx ended: the stage loops stop
+// beginning records and finish the one in hand, and every begun record —
+// queued behind a busy key, waiting to retry or for its acknowledgement —
+// completes within the shutdown timeout, so the completed set is contiguous
+// and the final commit covers every record processed (I6). If the timeout
+// fires first, the records still in flight are abandoned (reported true):
+// not committed, so processed again later (at-least-once). A processor that
+// ignores even the abandonment is given abandonGrace, then left behind with
+// its goroutine (logged): it must not hold a revoke for ever.
+func (p *partitionRun) shutdown(g *goroutines, cancelWork context.CancelFunc) (timedOut bool) {
+	cfg := &p.c.cfg
+	deadline := time.NewTimer(cfg.shutdownTimeout)
 	defer deadline.Stop()
-	timedOut := false
 	select {
-	case <-loopsDone:
-		timedOut = p.drain(deadline.C())
-	case <-deadline.C():
+	case <-g.loopsDone:
+		timedOut = p.drain(deadline.C)
+	case <-deadline.C:
 		timedOut = true
 	}
 	if timedOut {
-		abandon()
-		p.log.Warn("shutdown timeout: abandoning in-flight records; they are not committed and will be processed again", "timeout", cfg.shutdownTimeout)
-		<-loopsDone
+		p.abandon(cancelWork)
+		p.log.Warn("shutdown timeout: abandoning in-flight records; they are not committed and will be processed again",
+			"timeout", cfg.shutdownTimeout, "positions", p.positions())
+		grace := time.NewTimer(abandonGrace(cfg.shutdownTimeout))
+		defer grace.Stop()
+		select {
+		case <-g.workersDone:
+		case <-grace.C:
+			p.log.Error("a processor ignored its context after the shutdown timeout; its goroutine is abandoned and its record (at or after the stage's position) is processed again by the next owner",
+				"positions", p.positions())
+			p.fetchAndCommitDone(g)
+			return true
+		}
 	}
-	wg.Wait()
-	<-commitDone
-	for _, s := range p.stages {
-		s.stopWorkers()
-	}
+	<-g.workersDone
+	p.fetchAndCommitDone(g)
+	return timedOut
+}
+
+func (p *partitionRun) fetchAndCommitDone(g *goroutines) {
+	g.fetchAndCommit.Wait()
 	p.closers.Wait()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+}
+
+// abandonGrace is how long a stopping partition waits, after the shutdown
+// timeout cancelled its processors' context, for them to return before it
+// leaves them behind: a tenth of the timeout, at most a second (processors
+// that honour their context return at once).
+func abandonGrace(shutdownTimeout time.Duration) time.Duration {
+	return min(shutdownTimeout/10, time.Second)
+}
+
+// positions is every stage's position, for logs.
+func (p *partitionRun) positions() map[string]int64 {
+	out := make(map[string]int64, len(p.stages))
+	for _, s := range p.stages {
+		out[s.name] = s.cp.next.Load()
+	}
+	return out
+}
+
+// finish makes the final checkpoint and commit and returns the partition's
+// result: its first fatal error, else a failed final checkpoint, else
+// ErrShutdownTimeout and/or ErrFinalCommit, else nil.
+func (p *partitionRun) finish(ctx context.Context, timedOut bool) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.c.cfg.shutdownTimeout)
 	defer cancel()
 	var finalErr error
 	if err := p.checkpoint(fctx, true); err != nil {
-		if errors.Is(err, ErrFinalCommit) {
-			finalErr = err
-		} else {
-			p.fail(err)
+		if !errors.Is(err, ErrFinalCommit) {
+			p.log.Error("final checkpoint failed", "err", err)
 		}
+		finalErr = err
 	}
 	p.log.Info("partition stopped", "committed", p.committed.Load())
-	if p.err != nil {
-		return p.err
+	if err := p.fatal(); err != nil {
+		return err
+	}
+	if finalErr != nil && !errors.Is(finalErr, ErrFinalCommit) {
+		return finalErr
 	}
 	if timedOut {
 		return errors.Join(ErrShutdownTimeout, finalErr)
@@ -324,7 +497,6 @@ func (p *partitionRun) decode(r *Record) Event {
 }
 
 func (p *partitionRun) commitLoop(ctx context.Context) {
-	cl := p.c.cfg.clock
 	// Spread the partitions' checkpoints over the interval (a fixed phase per
 	// partition) instead of syncing every partition's batch at one instant.
 	phase := time.Duration(float64(p.c.cfg.commitInterval) * math.Mod(float64(p.partition)*0.6180339887, 1))
@@ -334,12 +506,12 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 		if first {
 			d, first = d+phase, false
 		}
-		t := cl.NewTimer(d)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C():
+		case <-t.C:
 		}
 		if err := p.checkpoint(ctx, false); err != nil {
 			p.fail(err)
@@ -348,30 +520,51 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 	}
 }
 
+// snapshot returns every stage's published checkpoint, each a pair that
+// existed (published), read from the last stage to the first: positions
+// only grow and a follower never passes its leader (I1), so a leader read
+// after its follower is at least where the follower is — the snapshot never
+// stores a follower beyond its leader, which a leader-first read could.
+func (p *partitionRun) snapshot() []commit.Checkpoint {
+	cps := make([]commit.Checkpoint, len(p.stages))
+	for i := len(p.stages) - 1; i >= 0; i-- {
+		s := p.stages[i]
+		next, wm := s.cp.load()
+		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+	}
+	return cps
+}
+
 // checkpoint persists every stage's checkpoint with its state (DESIGN I4),
 // then commits min(next) with all checkpoints as metadata (I3). The store is
 // written first: a crash between the two leaves local positions ahead of the
-// group's, which restore handles.
+// group's, which restore handles. With a changelog the order is DESIGN §8's:
+// the positions cover only records whose outputs and dead letters are
+// acknowledged (I5); the state changes go to the changelog and are
+// acknowledged; one batch persists state, positions and changelog offset;
+// the commit's metadata carries positions and changelog offset.
 func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
-	cps := make([]commit.Checkpoint, len(p.stages))
+	cps := p.snapshot()
 	for i, s := range p.stages {
-		cps[i] = commit.Checkpoint{Stage: s.name, Next: s.next.Load(), Watermark: s.wm.Load()}
 		s.noteProgress(cps[i].Next)
 	}
+	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
 	if p.ps != nil {
-		var evict time.Time
-		if wm := cps[len(cps)-1].Watermark; wm != 0 {
-			// Entries expiring strictly before the slowest stage's watermark
-			// can no longer be used by any rule.
-			evict = time.Unix(0, wm-1)
-		}
-		if err := p.ps.Checkpoint(cps, evict); err != nil {
+		// The last stage is the slowest: its watermark bounds eviction.
+		evict := EvictBefore(unixTime(cps[len(cps)-1].Watermark))
+		if p.clp != nil {
+			off, err := p.persistWithChangelog(ctx, cps, evict)
+			if err != nil {
+				return err
+			}
+			state.Changelog = off
+		} else if err := p.ps.Checkpoint(cps, evict); err != nil {
 			return fmt.Errorf("persist checkpoint: %w", err)
 		}
 	}
-	off, md, changed, err := p.mgr.Next(cps)
+	off, md, changed, err := p.mgr.NextState(state)
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,12 +36,12 @@ type stageRun struct {
 	leader *stageRun
 	state  StageState
 
-	// Published checkpoint, read lock-free by the follower's gate, the
-	// commit loop and Stats. Stored under mu, next before wm (see complete).
-	next atomic.Int64
-	wm   atomic.Int64 // unix nanos; 0 = none
-	// progress is notified whenever next advances.
+	// cp is the published checkpoint, read lock-free by the follower's
+	// gate, the commit loop and Stats; stored under mu (see complete).
+	cp published
+	// progress is notified whenever the position advances.
 	progress signal
+	retry    RetryPolicy
 
 	mu      sync.Mutex
 	tracker *commit.Tracker
@@ -59,7 +59,9 @@ type stageRun struct {
 	poller Poller
 	pc     *Context
 	disp   *dispatcher
-	work   context.Context // processors' context: outlives a stop until the shutdown timeout
+	// work is the processors' and producer's context: it outlives a stop
+	// until the shutdown timeout abandons the records still in flight.
+	work context.Context
 
 	mode                                              atomic.Int32
 	switches, processed, skipped, dlq, retries, idles atomic.Int64
@@ -83,11 +85,12 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	}
 	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
 	s.tracker.SetInitialMeta(cp.Watermark)
-	s.next.Store(cp.Next)
-	s.wm.Store(cp.Watermark)
+	s.cp.store(cp.Next, cp.Watermark)
 	s.lastNext.Store(cp.Next)
-	s.lastProgress.Store(p.c.cfg.clock.Now().UnixNano())
+	s.lastProgress.Store(time.Now().UnixNano())
 	s.pc = s.newContext()
+	cfg := &p.c.cfg
+	s.retry = RetryPolicy{MaxRetries: cfg.maxRetries, Backoff: cfg.retryBackoff, MaxBackoff: cfg.maxRetryBackoff}
 	return s
 }
 
@@ -109,7 +112,7 @@ func lastWM(p *partitionRun, last *stageRun) int64 {
 	if last == nil {
 		return 0
 	}
-	return last.wm.Load()
+	return last.cp.wm.Load() // alone: it only grows
 }
 
 func unixTime(ns int64) time.Time {
@@ -146,8 +149,8 @@ func (s *stageRun) loop(ctx context.Context) error {
 				return nil
 			}
 			if err := s.handle(ctx, ev); err != nil {
-				if ctx.Err() != nil {
-					return nil
+				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+					return nil // stopped while waiting: nothing was begun
 				}
 				return err
 			}
@@ -261,7 +264,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		switch {
 		case err != nil && IsFatal(err):
 			s.drop()
-			return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: ev.Offset, Err: err}
+			return s.recordError(ev.Offset, err)
 		case err != nil:
 			s.deadLetter(ev, err)
 			return nil
@@ -274,7 +277,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	if s.disp != nil {
 		return s.disp.dispatch(ctx, ev, streamBefore)
 	}
-	return s.process(ctx, s.pc, ev, streamBefore)
+	return s.process(s.pc, ev, streamBefore)
 }
 
 // gate is the LimitedEventProcessor: a follower begins offset o with event
@@ -292,13 +295,12 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 	o := ev.Offset
 	need := int64(0)
 	if processing {
-		need = ev.Time.UnixNano() + int64(cfg.lateness)
+		need = addSaturating(ev.Time.UnixNano(), int64(cfg.lateness))
 	}
 	var ch <-chan struct{}
 	spins := 0
 	for {
-		ln := l.next.Load()
-		lwm := l.wm.Load()
+		ln, lwm := l.cp.load()
 		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
 			return release{leaderNext: ln, leaderWM: lwm}, nil
 		}
@@ -315,35 +317,43 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 			ch = l.progress.wait()
 			continue
 		}
-		var timer Timer
+		var timer *time.Timer
+		var tc <-chan time.Time
 		if ln > o {
 			if caughtUp, at := s.p.leaderIdle(ln); caughtUp {
-				wait := at.Sub(cfg.clock.Now())
+				wait := time.Until(at)
 				if wait <= 0 {
 					s.idles.Add(1)
 					return release{leaderNext: ln, leaderWM: lwm, idle: true}, nil
 				}
-				timer = cfg.clock.NewTimer(wait)
+				timer = time.NewTimer(wait)
+				tc = timer.C
 			}
-		}
-		var tc <-chan time.Time
-		if timer != nil {
-			tc = timer.C()
 		}
 		select {
 		case <-ch:
 		case <-tc:
 		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return release{}, ctx.Err()
 		}
 		if timer != nil {
 			timer.Stop()
 		}
+		if ctx.Err() != nil {
+			return release{}, ctx.Err()
+		}
 		ch = nil
 	}
+}
+
+// addSaturating is t + d for d >= 0, or math.MaxInt64 when that overflows:
+// an event time near the end of what int64 nanoseconds hold plus the
+// lateness must not wrap around to a time that every watermark passes (the
+// gate would release early); saturated, only idleness releases it.
+func addSaturating(t, d int64) int64 {
+	if t > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return t + d
 }
 
 // release is the leader's checkpoint at the instant the gate let a record
@@ -392,16 +402,16 @@ func (s *stageRun) begin(ctx context.Context, o int64) error {
 	}
 }
 
-// complete marks o done. The new position is published under mu so two
-// completers cannot publish out of order; next is stored before wm, so a
-// reader that sees a watermark also sees a position at least as far.
+// complete marks o done. The new checkpoint is published under mu, as one
+// value (published), so two completers cannot publish out of order and no
+// reader pairs a position with another position's watermark.
 func (s *stageRun) complete(o int64) {
 	s.mu.Lock()
 	adv, err := s.tracker.Complete(o)
+	var next, wm int64
 	if adv {
-		next, meta := s.tracker.Position()
-		s.next.Store(next)
-		s.wm.Store(meta)
+		next, wm = s.tracker.Position()
+		s.cp.store(next, wm)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -410,7 +420,7 @@ func (s *stageRun) complete(o int64) {
 	if adv {
 		s.progress.notify()
 		if ob := s.p.c.cfg.observer; ob != nil {
-			ob.Advanced(s.p.topic, s.p.partition, s.idx, s.next.Load(), unixTime(s.wm.Load()))
+			ob.Advanced(s.p.topic, s.p.partition, s.idx, next, unixTime(wm))
 		}
 	}
 	if s.outstanding.Add(-1) == 0 {
@@ -426,39 +436,41 @@ func (s *stageRun) drop() {
 	}
 }
 
-// process runs the processor with retries, then emits the outputs; the record
-// completes when Kafka acknowledged them (DESIGN I5, I8).
-func (s *stageRun) process(ctx context.Context, pc *Context, ev *Event, stream int64) error {
-	cfg := &s.p.c.cfg
-	backoff := cfg.retryBackoff
-	for attempt := 0; ; attempt++ {
+// process runs the processor under the stage's retry policy, then emits the
+// outputs; the record completes when Kafka acknowledged them (DESIGN I5,
+// I8). A record begun before a stop is still processed, retries included:
+// only the shutdown timeout cuts it short (the work context ends), and then
+// the record is dropped (not committed; processed again by the next owner)
+// and nothing of it is produced. process returns an error only when the
+// partition must stop.
+func (s *stageRun) process(pc *Context, ev *Event, stream int64) error {
+	attempts := 0
+	err := s.retry.Do(s.work, func() error {
+		if attempts > 0 {
+			s.retries.Add(1)
+		}
+		attempts++
 		pc.reset(ev.Offset, unixTime(stream))
-		err := s.st.Processor.Process(s.work, pc, ev)
-		if err == nil {
-			s.processed.Add(1)
-			return s.emit(pc.out, ev.Offset)
-		}
-		if IsFatal(err) || ctx.Err() != nil || s.work.Err() != nil {
-			// Fatal, or failing because the partition is stopping: leave
-			// the record uncommitted.
-			s.drop()
-			return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: ev.Offset, Err: err}
-		}
-		if IsPermanent(err) || attempt >= cfg.maxRetries {
-			s.deadLetter(ev, err)
-			return nil
-		}
-		s.retries.Add(1)
-		t := cfg.clock.NewTimer(backoff)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			s.drop()
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, cfg.maxRetryBackoff)
+		return s.st.Processor.Process(s.work, pc, ev)
+	})
+	switch {
+	case s.work.Err() != nil:
+		s.drop() // abandoned by the shutdown timeout
+		return nil
+	case err == nil:
+		s.processed.Add(1)
+		return s.emit(pc.out, ev.Offset)
+	case IsFatal(err):
+		s.drop()
+		return s.recordError(ev.Offset, err)
+	default:
+		s.deadLetter(ev, err)
+		return nil
 	}
+}
+
+func (s *stageRun) recordError(o int64, err error) error {
+	return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: err}
 }
 
 // emit produces msgs and completes o once all are acknowledged.
@@ -472,25 +484,23 @@ func (s *stageRun) emit(msgs []Message, o int64) error {
 		if msgs[i].Topic == "" {
 			if cfg.outputTopic == "" {
 				s.drop()
-				return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o,
-					Err: errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)")}
+				return s.recordError(o, errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)"))
 			}
 			msgs[i].Topic = cfg.outputTopic
 		}
 	}
 	if cfg.producer == nil {
 		s.drop()
-		return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o,
-			Err: errors.New("stage emitted output but the chain has no producer (WithProducer)")}
+		return s.recordError(o, errors.New("stage emitted output but the chain has no producer (WithProducer)"))
 	}
 	cfg.producer.Produce(s.work, msgs, s.acked(o, "produce"))
 	return nil
 }
 
 // acked returns the done callback of record o's outputs: complete on
-// success; otherwise the record is dropped (not committed) and — unless the
-// hand-over was cut short because the shutdown timeout abandoned in-flight
-// work — the partition fails.
+// success; otherwise the record is dropped (not committed) and the
+// partition fails — unless the shutdown timeout abandoned the record, whose
+// late errors fail nothing (partitionRun.fail ignores them).
 func (s *stageRun) acked(o int64, what string) func(error) {
 	return func(err error) {
 		if err == nil {
@@ -498,24 +508,14 @@ func (s *stageRun) acked(o int64, what string) func(error) {
 			return
 		}
 		s.drop()
-		if s.work.Err() != nil && errors.Is(err, s.work.Err()) {
-			return
-		}
-		s.p.fail(&RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: fmt.Errorf("%s: %w", what, err)})
+		s.p.fail(s.recordError(o, fmt.Errorf("%s: %w", what, err)))
 	}
 }
 
-// Dead-letter headers added to the original record's headers.
-const (
-	HeaderDLQReason    = "differential-dlq-reason"
-	HeaderDLQTopic     = "differential-dlq-topic"
-	HeaderDLQPartition = "differential-dlq-partition"
-	HeaderDLQOffset    = "differential-dlq-offset"
-	HeaderDLQStage     = "differential-dlq-stage"
-)
-
-// deadLetter sends the record, unchanged, with the reason and its source in
-// headers to the dead-letter topic; the record completes on acknowledgement.
+// deadLetter sends the record with the reason and its source in headers to
+// the dead-letter topic (DeadLetter: cut to WithMaxDeadLetterBytes; a
+// minimal one if Kafka refuses it for its size); the record completes on
+// acknowledgement.
 func (s *stageRun) deadLetter(ev *Event, reason error) {
 	s.dlq.Add(1)
 	cfg := &s.p.c.cfg
@@ -524,24 +524,14 @@ func (s *stageRun) deadLetter(ev *Event, reason error) {
 		s.complete(ev.Offset)
 		return
 	}
-	h := make([]Header, 0, len(ev.Headers)+5)
-	h = append(h, ev.Headers...)
-	h = append(h,
-		Header{Key: []byte(HeaderDLQReason), Value: []byte(reason.Error())},
-		Header{Key: []byte(HeaderDLQTopic), Value: []byte(ev.Topic)},
-		Header{Key: []byte(HeaderDLQPartition), Value: strconv.AppendInt(nil, int64(ev.Partition), 10)},
-		Header{Key: []byte(HeaderDLQOffset), Value: strconv.AppendInt(nil, ev.Offset, 10)},
-		Header{Key: []byte(HeaderDLQStage), Value: []byte(s.name)},
-	)
-	msgs := []Message{{Topic: cfg.dlqTopic, Key: ev.Key, Value: ev.Value, Headers: h}}
-	o := ev.Offset
-	cfg.producer.Produce(s.work, msgs, s.acked(o, "produce dead letter"))
+	m := DeadLetter(cfg.dlqTopic, s.name, &ev.Record, reason, cfg.maxDeadLetter)
+	ProduceDeadLetter(s.work, cfg.producer, m, s.acked(ev.Offset, "produce dead letter"))
 }
 
 // noteProgress records when the position last moved (for stall detection).
 func (s *stageRun) noteProgress(next int64) {
 	if s.lastNext.Swap(next) != next {
-		s.lastProgress.Store(s.p.c.cfg.clock.Now().UnixNano())
+		s.lastProgress.Store(time.Now().UnixNano())
 	}
 }
 

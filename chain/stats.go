@@ -1,11 +1,6 @@
 package chain
 
-import (
-	"fmt"
-	"time"
-
-	metrics "github.com/rcrowley/go-metrics"
-)
+import "time"
 
 // PartitionStats is a snapshot of one running partition.
 type PartitionStats struct {
@@ -21,7 +16,10 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
-	Stages       []StageStats
+	// Restore is how the partition's state was restored at assignment
+	// (chains with a changelog).
+	Restore RestoreStats
+	Stages  []StageStats
 }
 
 // StageStats is a snapshot of one stage of one partition.
@@ -60,6 +58,7 @@ func (p *partitionRun) stats() PartitionStats {
 		Committed:     p.committed.Load(),
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
+		Restore:       p.restored.stats(time.Now()),
 	}
 	if !p.ready.Load() {
 		return ps
@@ -73,7 +72,7 @@ func (p *partitionRun) stats() PartitionStats {
 }
 
 func (s *stageRun) stats(hwm int64) StageStats {
-	next, wm := s.next.Load(), s.wm.Load()
+	next, wm := s.cp.load()
 	st := StageStats{
 		Name: s.name, Position: next, Watermark: unixTime(wm), Lag: -1,
 		Mode: "buffered", Switches: s.switches.Load(),
@@ -88,8 +87,9 @@ func (s *stageRun) stats(hwm int64) StageStats {
 		st.Mode = "polling"
 	}
 	if l := s.leader; l != nil {
-		st.GapOffsets = l.next.Load() - next
-		if lwm := l.wm.Load(); lwm != 0 && wm != 0 {
+		lnext, lwm := l.cp.load()
+		st.GapOffsets = lnext - next
+		if lwm != 0 && wm != 0 {
 			st.GapTime = time.Duration(lwm - wm)
 		}
 	}
@@ -97,60 +97,4 @@ func (s *stageRun) stats(hwm int64) StageStats {
 	st.InFlight = s.tracker.InFlight()
 	s.mu.Unlock()
 	return st
-}
-
-// registerMetrics registers the partition's gauges in the configured registry
-// and returns the function that unregisters them (called when the partition
-// stops, so a revoked partition leaves no series behind).
-func (p *partitionRun) registerMetrics() func() {
-	r := p.c.cfg.registry
-	if r == nil {
-		return func() {}
-	}
-	var names []string
-	reg := func(name string, f func() int64) {
-		names = append(names, name)
-		_ = r.Register(name, metrics.NewFunctionalGauge(f))
-	}
-	base := fmt.Sprintf("differential.partition.%s.%d.", p.topic, p.partition)
-	reg(base+"committed", p.committed.Load)
-	reg(base+"commits", p.commits.Load)
-	reg(base+"commit_errors", p.commitErr.Load)
-	reg(base+"high_watermark", p.src.HighWatermark)
-	reg(base+"buffer_fill", func() int64 { return int64(p.ring.Len()) })
-	for _, s := range p.stages {
-		sb := fmt.Sprintf("differential.stage.%s.%d.%s.", p.topic, p.partition, s.name)
-		reg(sb+"position", s.next.Load)
-		reg(sb+"watermark_unix_ms", func() int64 { return s.wm.Load() / int64(time.Millisecond) })
-		reg(sb+"lag", func() int64 {
-			if h := p.src.HighWatermark(); h >= 0 {
-				return max(h-s.next.Load(), 0)
-			}
-			return -1
-		})
-		reg(sb+"mode_polling", func() int64 { return int64(s.mode.Load()) })
-		reg(sb+"mode_switches", s.switches.Load)
-		reg(sb+"processed", s.processed.Load)
-		reg(sb+"skipped", s.skipped.Load)
-		reg(sb+"dead_lettered", s.dlq.Load)
-		reg(sb+"retries", s.retries.Load)
-		reg(sb+"idle_releases", s.idles.Load)
-		reg(sb+"in_flight", s.outstanding.Load)
-		if l := s.leader; l != nil {
-			reg(sb+"gap_offsets", func() int64 { return l.next.Load() - s.next.Load() })
-			reg(sb+"gap_ms", func() int64 {
-				lw, w := l.wm.Load(), s.wm.Load()
-				if lw == 0 || w == 0 {
-					return 0
-				}
-				return (lw - w) / int64(time.Millisecond)
-			})
-		}
-		reg(sb+"last_progress_unix_ms", func() int64 { return s.lastProgress.Load() / int64(time.Millisecond) })
-	}
-	return func() {
-		for _, n := range names {
-			r.Unregister(n)
-		}
-	}
 }

@@ -3,9 +3,11 @@ package commit
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Checkpoint of one stage: its position (the first offset it has not
@@ -23,9 +25,9 @@ const (
 	MaxMetadataLen = 1024
 
 	// MaxStages is the largest number of stages whose metadata always fits in
-	// MaxMetadataLen, whatever the positions and watermarks. Stage names do
-	// not count: only their hash is encoded.
-	MaxStages = (MaxMetadataLen - len(metadataV1) - hashLen - 1 + 1) / maxStageLen
+	// MaxMetadataLen, whatever the positions, watermarks and changelog
+	// offset. Stage names do not count: only their hash is encoded.
+	MaxStages = (MaxMetadataLen - len(metadataV2) - hashLen - 1 + 1 - maxChangelogLen) / maxStageLen
 
 	metadataV1 = "dfl1:"
 	hashLen    = 8
@@ -76,8 +78,15 @@ func EncodeMetadata(offset int64, cps []Checkpoint) (string, error) {
 // panic, never an error — when md is empty, written by another program, of an
 // unknown version, garbled, for a different stage list or offset, or not in
 // canonical form; the caller then starts every stage at offset. When ok, every
-// Next is >= offset.
+// Next is >= offset. It reads both versions; DecodeState also returns the
+// changelog offset of version 2.
 func DecodeMetadata(md string, offset int64, stages []string) (cps []Checkpoint, ok bool) {
+	st, ok := DecodeState(md, offset, stages)
+	return st.Stages, ok
+}
+
+// decodeV1 is DecodeMetadata of version 1.
+func decodeV1(md string, offset int64, stages []string) (cps []Checkpoint, ok bool) {
 	if offset < 0 || len(stages) == 0 || len(md) > MaxMetadataLen {
 		return nil, false
 	}
@@ -183,4 +192,29 @@ func ValidateStages(stages []string) error {
 		seen[s] = true
 	}
 	return nil
+}
+
+// LogValue implements slog.LogValuer: the stage's position and its
+// watermark as an RFC 3339 time in UTC ("none" for 0), not nanoseconds.
+func (c Checkpoint) LogValue() slog.Value {
+	wm := "none"
+	if c.Watermark != 0 {
+		wm = time.Unix(0, c.Watermark).UTC().Format(time.RFC3339Nano)
+	}
+	return slog.GroupValue(slog.Int64("next", c.Next), slog.String("watermark", wm))
+}
+
+// Checkpoints are the checkpoints of a partition's stages as a log line
+// shows them: a group per stage, keyed by its name, with Checkpoint's
+// LogValue (slog resolves a LogValuer attribute, but not the elements of a
+// slice, so log a []Checkpoint as Checkpoints(cps)).
+type Checkpoints []Checkpoint
+
+// LogValue implements slog.LogValuer.
+func (cs Checkpoints) LogValue() slog.Value {
+	attrs := make([]slog.Attr, len(cs))
+	for i, c := range cs {
+		attrs[i] = slog.Any(c.Stage, c)
+	}
+	return slog.GroupValue(attrs...)
 }

@@ -1,12 +1,16 @@
 package commit
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -278,4 +282,20 @@ func FuzzDecodeMetadata(f *testing.F) {
 		require.True(t, ok, "%q", enc)
 		require.Equal(t, cps, got)
 	})
+}
+
+// TestCheckpointsLogAsTimes: logged checkpoints show each stage's watermark
+// as an RFC 3339 time, in the text and the JSON handler, never as Unix
+// nanoseconds.
+func TestCheckpointsLogAsTimes(t *testing.T) {
+	wm := time.Date(2026, 11, 29, 12, 30, 0, 0, time.UTC)
+	cps := []Checkpoint{{Stage: "click", Next: 120, Watermark: wm.UnixNano()}, {Stage: "install", Next: 100}}
+	var text, js bytes.Buffer
+	slog.New(slog.NewTextHandler(&text, nil)).Info("partition started", "resume", Checkpoints(cps))
+	slog.New(slog.NewJSONHandler(&js, nil)).Info("partition started", "resume", Checkpoints(cps))
+	require.Contains(t, text.String(), "resume.click.next=120 resume.click.watermark=2026-11-29T12:30:00Z resume.install.next=100 resume.install.watermark=none")
+	require.Contains(t, js.String(), `"resume":{"click":{"next":120,"watermark":"2026-11-29T12:30:00Z"},"install":{"next":100,"watermark":"none"}}`)
+	for _, out := range []string{text.String(), js.String()} {
+		require.NotContains(t, out, strconv.FormatInt(wm.UnixNano(), 10))
+	}
 }

@@ -48,6 +48,9 @@ type Config struct {
 	// returned to it, the rebalance strategy is Strategy, and MetricRegistry
 	// is Registry when that is set.
 	Sarama *sarama.Config
+	// Security configures TLS and SASL (files are read when Run starts).
+	// Default: the base's Net.TLS and Net.SASL (none on a nil base).
+	Security Security
 	// Strategy assigns partitions to members. Default: sticky (eager), so a
 	// member keeps its partitions across rebalances when it can. The
 	// cooperative sticky strategy works too (retained partitions keep running
@@ -57,7 +60,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry, when set, becomes sarama's MetricRegistry for every client
 	// Run creates, so sarama's client metrics and the engine's
-	// (chain.WithMetrics) share one registry. Default: the base's.
+	// (chainmetrics.Option) share one registry. Default: the base's.
 	Registry metrics.Registry
 	// SessionTimeout: a member that sends no heartbeat for this long is
 	// removed from the group (sarama default 10s; brokers bound it by
@@ -150,9 +153,9 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 	if err := c.validateFields(); err != nil {
 		return clientConfigs{}, err
 	}
-	base := c.Sarama
-	if base == nil {
-		base = sarama.NewConfig()
+	base, err := secured(c.Sarama, c.Security)
+	if err != nil {
+		return clientConfigs{}, err
 	}
 	derive := func(role string) *sarama.Config {
 		sc := *base // shallow copy: the base is never modified
@@ -208,6 +211,29 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 		return clientConfigs{}, fmt.Errorf("kafka: Config.Sarama.Version %v is too old: consumer groups need >= 0.10.2", g.Version)
 	}
 	return cc, nil
+}
+
+// secured returns a copy of base (a new default configuration when nil)
+// with sec applied; base itself when sec is zero.
+func secured(base *sarama.Config, sec Security) (*sarama.Config, error) {
+	if base == nil {
+		base = sarama.NewConfig()
+	}
+	if sec.IsZero() {
+		return base, sec.Validate()
+	}
+	sc := *base
+	if err := sec.Apply(&sc); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+// warnInsecure logs, loudly, that the brokers' certificates are not verified.
+func warnInsecure(log *slog.Logger, sc *sarama.Config) {
+	if sc.Net.TLS.Enable && sc.Net.TLS.Config != nil && sc.Net.TLS.Config.InsecureSkipVerify {
+		log.Warn("TLS certificate verification is OFF (InsecureSkipVerify): the connection is encrypted, but anyone on the network path can impersonate the brokers; use it for tests only")
+	}
 }
 
 func (c *Config) logger() *slog.Logger {

@@ -30,6 +30,17 @@
 //     leader, so its fetches answer at once instead of long-polling in
 //     front of the others; opening one costs no round trip.
 //   - producer: NewProducer's own client, idempotent with acks=all.
+//   - changelog (NewChangelog, for chain.WithChangelog): two clients of its
+//     own — an idempotent acks=all producer with explicit partitions (a
+//     checkpoint's state changes to changelog partition p for input
+//     partition p, in order, acknowledged before the checkpoint persists),
+//     and a reader for restores (plain fetches of [from, to), prefetching
+//     the next response while the store applies the current one) and end
+//     offsets. NewChangelog creates the changelog topic when it is missing
+//     (the input's partition count, cleanup.policy=compact,
+//     min.compaction.lag.ms one hour) — the only topic the engine creates —
+//     and refuses one with another partition count or a deleting cleanup
+//     policy (ErrChangelogMismatch).
 //
 // # Commits
 //
@@ -42,7 +53,11 @@
 // Coordinator moves and loads are retried; ILLEGAL_GENERATION,
 // UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS are not (the member no longer
 // owns the partition: the broker refuses, and the next owner resumes from
-// the last accepted commit). The committed offset is the minimum of the
+// the last accepted commit). One table of broker error codes (errors.go)
+// answers every such question: whether a session joins again, whether a
+// commit is retried, whether a producer was fenced (IsFenced), whether a
+// message was refused for its size (then the producer's error wraps
+// chain.ErrMessageTooLarge and the chain sends a minimal dead letter). The committed offset is the minimum of the
 // stages' positions and the metadata carries every stage's position
 // (package commit), so each stage resumes at its own position.
 //
@@ -56,10 +71,13 @@
 //  3. ConsumeClaim calls chain.RunPartition with the session's context, a
 //     Source over the claim's messages and a Committer for the partition.
 //  4. On a rebalance (eager: the session's context ends; cooperative: the
-//     revoked claim's message channel closes) or on Run's cancellation, the
-//     chain stops fetching, lets begun records finish (up to its shutdown
-//     timeout), persists its checkpoints and makes the final commit;
-//     RunPartition returns, and only then ConsumeClaim returns.
+//     revoked claim is closed, which cancels the claim's own context at
+//     once — ConsumeClaim watches the claim's Errors channel, which closes
+//     at the revoke, while Messages still holds what sarama buffered) or on
+//     Run's cancellation, the chain stops fetching, lets begun records
+//     finish (up to its shutdown timeout), persists its checkpoints and
+//     makes the final commit; RunPartition returns, and only then
+//     ConsumeClaim returns.
 //  5. sarama rejoins only after every revoked claim returned, so the next
 //     owner's offset fetch sees the final commit.
 //
@@ -82,6 +100,21 @@
 //     is returned at once, naming the topic and brokers, not retried.
 //   - Producer.Produce calls done exactly once: nil after every message of
 //     the call is acknowledged by all in-sync replicas, or the first error.
+//     A failed request is retried for about two minutes (DefaultProducerRetries,
+//     RetryBackoff), so the loss of a partition leader — replaced after the
+//     brokers' 9 s session timeout — delays outputs but fails nothing.
+//
+// # Secured clusters
+//
+// Config.Security and ProducerConfig.Security configure TLS (a CA file,
+// a client certificate and key, a server name, InsecureSkipVerify, which is
+// logged as a warning) and SASL (PLAIN, SCRAM-SHA-256/512 through
+// xdg-go/scram, OAUTHBEARER with a token read from a file at every
+// connection) on every client Run and NewProducer create; Security.Apply
+// does the same for a sarama configuration of one's own. The password is a
+// Secret: every printed form of it is "[redacted]". A connection refused
+// for TLS or SASL reasons fails Run and NewProducer at once with an error
+// that wraps ErrAuthentication and says what to check (ExplainConnect).
 //
 // # Concurrency
 //

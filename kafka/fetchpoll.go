@@ -118,8 +118,7 @@ func (p *fetchPoller) fetchOnce() error {
 	}
 	block, err := kfetch.Block(resp, p.topic, p.partition)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		b := resp.GetBlock(p.topic, p.partition)
-		return fmt.Errorf("%w (log start %d, high watermark %d)", errPollOutOfRange, b.LogStartOffset, b.HighWaterMarkOffset)
+		return p.outOfRange(resp.GetBlock(p.topic, p.partition))
 	}
 	if err != nil {
 		return err
@@ -147,6 +146,30 @@ func (p *fetchPoller) fetchOnce() error {
 		p.maxBytes = p.conf.Consumer.Fetch.Default
 	}
 	return nil
+}
+
+// outOfRange describes an offset the log does not hold. A follower behind
+// the log's retention lost the records it has not processed: the error says
+// which, so the operator can decide (an offset reset drops the local state,
+// see DESIGN). Kafka leaves the log start and high watermark of an error
+// block unset (-1; kfake fills them), so they are asked for then.
+func (p *fetchPoller) outOfRange(b *sarama.FetchResponseBlock) error {
+	start, high := b.LogStartOffset, b.HighWaterMarkOffset
+	if start < 0 {
+		if o, err := p.client.GetOffset(p.topic, p.partition, sarama.OffsetOldest); err == nil {
+			start = o
+		}
+	}
+	if high < 0 {
+		if o, err := p.client.GetOffset(p.topic, p.partition, sarama.OffsetNewest); err == nil {
+			high = o
+		}
+	}
+	if start >= 0 && p.offset < start {
+		return fmt.Errorf("%w: records %d to %d were deleted from the log (retention) before this reader got them (log start %d, high watermark %d)",
+			errPollOutOfRange, p.offset, start-1, start, high)
+	}
+	return fmt.Errorf("%w (log start %d, high watermark %d)", errPollOutOfRange, start, high)
 }
 
 func (p *fetchPoller) appendRecord(batch *sarama.RecordBatch, r *sarama.Record) {

@@ -148,3 +148,24 @@ func TestPollerOffsetOutOfRangeIsAnError(t *testing.T) {
 	require.ErrorIs(t, err, errPollOutOfRange)
 	require.Contains(t, err.Error(), fmt.Sprintf("%s/0 at 1000", topic))
 }
+
+// TestPollerBehindRetentionNamesTheLostRecords: a reader whose offset the
+// log no longer holds (deleted by retention: here DeleteRecords) fails with
+// an error naming the records it lost.
+func TestPollerBehindRetentionNamesTheLostRecords(t *testing.T) {
+	b := testbroker.New(t)
+	topic := b.Topic(t, 1)
+	for range 10 {
+		b.Produce(t, topic, &sarama.ProducerMessage{Partition: 0, Value: sarama.StringEncoder("v")})
+	}
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close()) }()
+	require.NoError(t, admin.DeleteRecords(topic, map[int32]int64{0: 6}))
+	p, err := newPollClient(t, b, false, 1<<20).open(topic, 0, 2, 64)
+	require.NoError(t, err)
+	_, err = p.Fetch(context.Background(), nil)
+	require.ErrorIs(t, err, errPollOutOfRange)
+	require.Contains(t, err.Error(), fmt.Sprintf("%s/0 at 2", topic))
+	require.Contains(t, err.Error(), "records 2 to 5 were deleted")
+}

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -53,26 +52,6 @@ func newOffsets(client sarama.Client, group string) *offsets {
 		retries: max(cfg.Metadata.Retry.Max, 3),
 		backoff: max(cfg.Metadata.Retry.Backoff, 10*time.Millisecond),
 	}
-}
-
-// retriable reports whether a commit or offset fetch failed for a reason
-// that another attempt (after finding the coordinator again) may fix. Errors
-// that say the member lost the partition (ILLEGAL_GENERATION,
-// UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID) are final:
-// the next owner resumes from the last accepted commit.
-func retriable(err error) bool {
-	var kerr sarama.KError
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
-			sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrNetworkException,
-			sarama.ErrUnstableOffsetCommit:
-			return true
-		}
-		return false
-	}
-	// Connection errors, closed brokers, no coordinator found.
-	return !errors.Is(err, sarama.ErrClosedClient)
 }
 
 // retry runs op until it succeeds, fails with a final error, exhausts the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
@@ -25,8 +26,11 @@ type ProducerConfig struct {
 	// batching, compression, retry backoff). It is copied, never modified.
 	// The producer overrides what its guarantees depend on: idempotence,
 	// acks=all, one open request per connection, successes and errors
-	// returned, and at least DefaultProducerRetries retries.
+	// returned, and at least DefaultProducerRetries retries (with
+	// RetryBackoff between them unless the base sets a BackoffFunc).
 	Sarama *sarama.Config
+	// Security configures TLS and SASL, as Config.Security does.
+	Security Security
 	// Logger receives the producer's logs. Default: discard.
 	Logger *slog.Logger
 	// Registry, when set, becomes sarama's MetricRegistry. Default: the base's.
@@ -34,16 +38,30 @@ type ProducerConfig struct {
 }
 
 // DefaultProducerRetries is the least number of retries of a failed produce
-// request (the base's Producer.Retry.Max when larger).
-const DefaultProducerRetries = 10
+// request (the base's Producer.Retry.Max when larger). With RetryBackoff they
+// span about two minutes, as the Java producer's delivery.timeout.ms does by
+// default: a lost partition leader is replaced only after the controller
+// stops hearing from its broker (broker.session.timeout.ms, 9 s by default),
+// and a request to a paused broker fails only after Net.ReadTimeout (30 s).
+// A failed produce is fatal to the partition (I5 allows no other answer), so
+// the budget must outlast a leader election: the fault-injection suite
+// (internal/chaos, output-leader-kill) stopped the engine with the former
+// budget of 10 retries of 100 ms.
+const DefaultProducerRetries = 120
+
+// RetryBackoff is the wait before produce retry n (from 0): 100 ms doubling
+// to at most 1 s.
+func RetryBackoff(n, _ int) time.Duration {
+	return min(100*time.Millisecond<<min(n, 4), time.Second)
+}
 
 func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	if len(c.Brokers) == 0 {
 		return nil, errors.New("kafka: ProducerConfig.Brokers is empty: name at least one bootstrap broker as host:port")
 	}
-	base := c.Sarama
-	if base == nil {
-		base = sarama.NewConfig()
+	base, err := secured(c.Sarama, c.Security)
+	if err != nil {
+		return nil, err
 	}
 	sc := *base
 	if sc.ClientID == "" || sc.ClientID == "sarama" {
@@ -60,6 +78,9 @@ func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	if sc.Producer.Retry.BackoffFunc == nil {
+		sc.Producer.Retry.BackoffFunc = RetryBackoff
+	}
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	if err := sc.Validate(); err != nil {
@@ -115,14 +136,16 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	warnInsecure(log, sc)
 	ap, err := sarama.NewAsyncProducer(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
-	p := &Producer{ap: ap, log: cfg.Logger}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p := &Producer{ap: ap, log: log}
 	p.readers.Go(func() {
 		for m := range ap.Successes() {
 			if g, ok := m.Metadata.(*ackGroup); ok {
@@ -133,6 +156,12 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	p.readers.Go(func() {
 		for pe := range ap.Errors() {
 			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
+				if tooLarge(pe.Err) {
+					// The chain dead-letters such a message minimal instead
+					// of failing its partition (chain.ProduceDeadLetter).
+					g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
+					continue
+				}
 				g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
 			} else {
 				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)

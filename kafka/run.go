@@ -41,12 +41,13 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 		return fmt.Errorf("kafka: RebalanceTimeout %v must exceed the chain's shutdown timeout %v (chain.WithShutdownTimeout)", rt, st)
 	}
 	log := cfg.logger().With("group", cfg.Group, "topic", cfg.Topic)
+	warnInsecure(log, cc.group)
 	r := &runner{ch: ch, cfg: &cfg, log: log}
 
 	// The commit client comes first: it also checks that the topic exists.
 	commitClient, err := sarama.NewClient(cfg.Brokers, cc.commit)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	defer closeLogged(log, "commit client", commitClient)
 	if err := checkTopic(commitClient, cfg.Topic, cfg.Brokers); err != nil {
@@ -56,14 +57,14 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 
 	pc, err := sarama.NewClient(cfg.Brokers, cc.poll)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	defer closeLogged(log, "polling client", pc)
 	r.poll = &pollClient{client: pc, log: log}
 
 	groupClient, err := sarama.NewClient(cfg.Brokers, cc.group)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	group, err := sarama.NewConsumerGroupFromClient(cfg.Group, groupClient)
 	if err != nil {
@@ -129,31 +130,6 @@ func (r *runner) consume(ctx context.Context, group sarama.ConsumerGroup) error 
 	return nil
 }
 
-// transient reports whether a failed Consume is worth another attempt: the
-// coordinator moved or is loading, a rebalance raced the join, a broker was
-// unreachable. Anything the broker refuses for good (authorization, invalid
-// session timeout, unknown topic, unsupported version) and configuration
-// errors are not.
-func transient(err error) bool {
-	var cerr sarama.ConfigurationError
-	if errors.As(err, &cerr) {
-		return false
-	}
-	var kerr sarama.KError
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
-			sarama.ErrOffsetsLoadInProgress, sarama.ErrRebalanceInProgress, sarama.ErrUnknownMemberId,
-			sarama.ErrIllegalGeneration, sarama.ErrRequestTimedOut, sarama.ErrNetworkException,
-			sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrReplicaNotAvailable,
-			sarama.ErrBrokerNotAvailable, sarama.ErrNotEnoughReplicas, sarama.ErrUnstableOffsetCommit:
-			return true
-		}
-		return false
-	}
-	return true // network errors, ErrOutOfBrokers, no coordinator yet
-}
-
 // checkTopic fails clearly, and after sarama's bounded metadata retries
 // only, when the topic does not exist: a misspelled topic must not look like
 // an idle consumer.
@@ -211,6 +187,10 @@ type handler struct {
 
 	mu      sync.Mutex
 	initial map[int32]committed // fetched in Setup for the session's claims
+
+	// revoked, when set (tests), is called once a claim's context was
+	// cancelled because the claim was closed.
+	revoked func(partition int32)
 }
 
 // Setup fetches the committed offset and metadata of every claimed
@@ -261,7 +241,8 @@ func (h *handler) takeInitial(ctx context.Context, p int32) (committed, error) {
 func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	r := h.r
 	topic, p := claim.Topic(), claim.Partition()
-	ctx := sess.Context()
+	ctx, release := h.claimContext(sess.Context(), claim)
+	defer release()
 	start, err := h.takeInitial(ctx, p)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -302,6 +283,58 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Co
 		r.fail(err)
 	}
 	return nil
+}
+
+// claimErrors is the part of sarama's claim (a PartitionConsumer) that tells
+// when it was closed: its Errors channel closes once the partition consumer
+// stopped, whether or not anyone drained its Messages.
+type claimErrors interface {
+	Errors() <-chan *sarama.ConsumerError
+}
+
+// claimContext returns the context a claim's partition runs with: it ends
+// with the session's (eager rebalance, shutdown) and, under a cooperative
+// strategy, as soon as the claim is revoked. sarama tells a cooperative
+// revoke only by closing the claim's Messages channel, after the messages
+// it still buffers (up to Consumer.ChannelBufferSize); the fetcher would
+// see it only once stage 0 worked through them, long after the revoke
+// (issue #9.5). The partition consumer's Errors channel closes at the same
+// time without waiting for anyone to read, so a watcher ranges over it
+// (logging what it carries, as the group's error log would) and cancels
+// the claim's context when it closes. release stops the watcher and waits
+// for it.
+func (h *handler) claimContext(parent context.Context, claim sarama.ConsumerGroupClaim) (ctx context.Context, release func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ce, ok := claim.(claimErrors)
+	if !ok {
+		return ctx, cancel
+	}
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		defer cancel()
+		errs := ce.Errors()
+		for {
+			select {
+			case err, ok := <-errs:
+				if !ok {
+					// The claim was revoked or the session ends.
+					cancel()
+					if h.revoked != nil {
+						h.revoked(claim.Partition())
+					}
+					return
+				}
+				h.r.log.Warn("consumer error", "partition", claim.Partition(), "err", err)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-watched
+	}
 }
 
 func closeLogged(log *slog.Logger, what string, c interface{ Close() error }) {

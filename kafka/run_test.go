@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chainmetrics"
 	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/kafka"
@@ -474,7 +475,7 @@ func TestFollowerPollsKafkaWhenBehindTheBuffer(t *testing.T) {
 	m := runMember(t, cfg, func(m *member) *chain.Chain {
 		var err error
 		ch, err = chain.New(stages, decoder, chainOptions(t, l.observer(m),
-			chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithMetrics(reg))...)
+			chain.WithBufferSize(64), chain.WithBatchSize(16), chainmetrics.Option(reg))...)
 		require.NoError(t, err)
 		return ch
 	})

@@ -169,6 +169,8 @@ func (it *memIter) err() error     { return nil }
 func (it *memIter) refresh() error { return nil }
 func (it *memIter) close() error   { return nil }
 
+func (be *memBackend) newBatchSized(int) batch { return be.newBatch() }
+
 type memOpKind uint8
 
 const (
@@ -221,5 +223,7 @@ func (b *memBatch) commit() error {
 	b.ops = nil
 	return nil
 }
+
+func (b *memBatch) commitNoSync() error { return b.commit() }
 
 func (b *memBatch) discard() { b.ops = nil }

@@ -4,9 +4,19 @@
 // deterministic, no sleeps. It is for the engine's own tests and for users
 // testing their processors inside a real chain (the goka tester idea).
 //
+// New takes a chain's stages and decoder; NewWith takes a constructor
+// instead (a library's own, e.g. attribution.NewChain), so a test runs the
+// chain exactly as the library wires it.
+//
 // A Tester keeps its logs, commits and store across Stop/Start, so a test can
-// stop a chain (cleanly, or abruptly with Crash) and start it again to check
-// what a restart resumes from.
+// stop a chain and start it again to check what a restart resumes from.
+//
+// With UseChangelog it simulates a fleet whose state follows its partitions
+// (DESIGN §8): an in-memory Changelog shared by every chain, and a local
+// store per simulated instance; Move stops the chain and starts partitions
+// on another instance, which must restore their state from the changelog.
+// FailCommits, ResetOffset and the Changelog's FailAppends and BeforeAppend
+// inject the failures a real fleet sees.
 package chaintest
 
 import (
@@ -19,15 +29,15 @@ import (
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/store"
 )
 
 // Tester drives one chain over in-memory partitions of one topic.
 type Tester struct {
-	tb     testing.TB
-	topic  string
-	stages []chain.Stage
-	dec    chain.Decoder
-	opts   []chain.Option
+	tb    testing.TB
+	topic string
+	build func(opts ...chain.Option) (*chain.Chain, error)
+	opts  []chain.Option
 
 	changed signal
 
@@ -40,6 +50,14 @@ type Tester struct {
 		held    []func(error)
 		discard bool
 		counts  map[string]int
+		maxSize int
+		// UseChangelog: the shared changelog, every simulated instance's
+		// local store, and the instance the next Start runs on.
+		changelog *Changelog
+		instances map[string]*store.Memory
+		instance  string
+		// failCommits, when > 0, makes that many next commits fail.
+		failCommits int
 	}
 
 	ch      *chain.Chain
@@ -74,10 +92,20 @@ const (
 const Topic = "input"
 
 // New builds a tester for the given chain definition; opts are passed to
-// chain.New after the tester's own (producer, observer), so a test may
-// override them. Without a chain.WithStore option the chain has no store.
+// chain.New after the tester's own (producer, observer, output and
+// dead-letter topics), so a test may override the producer and topics; a
+// test's chain.WithObserver adds to the tester's observer (observers
+// compose). Without a chain.WithStore option the chain has no store.
 func New(tb testing.TB, stages []chain.Stage, dec chain.Decoder, opts ...chain.Option) *Tester {
-	t := &Tester{tb: tb, topic: Topic, stages: stages, dec: dec, opts: opts}
+	return NewWith(tb, func(opts ...chain.Option) (*chain.Chain, error) { return chain.New(stages, dec, opts...) }, opts...)
+}
+
+// NewWith builds a tester whose chain is made by build (e.g. a library's
+// own constructor, such as attribution.NewChain bound to its
+// configuration), which is given the tester's options followed by opts at
+// every Start.
+func NewWith(tb testing.TB, build func(opts ...chain.Option) (*chain.Chain, error), opts ...chain.Option) *Tester {
+	t := &Tester{tb: tb, topic: Topic, build: build, opts: opts}
 	t.mu.logs = map[int32]*Log{}
 	t.mu.commits = map[int32][]Commit{}
 	tb.Cleanup(func() { t.Stop() })
@@ -96,6 +124,16 @@ func (t *Tester) SetAckMode(m AckMode) {
 func (t *Tester) DiscardOutputs() {
 	t.mu.Lock()
 	t.mu.discard = true
+	t.mu.Unlock()
+}
+
+// SetMaxMessageBytes makes the fake producer refuse, as Kafka does, every
+// call with a message whose key, value and headers exceed n bytes: done gets
+// an error wrapping chain.ErrMessageTooLarge. 0 (the default) accepts any
+// size.
+func (t *Tester) SetMaxMessageBytes(n int) {
+	t.mu.Lock()
+	t.mu.maxSize = n
 	t.mu.Unlock()
 }
 
@@ -148,7 +186,8 @@ func (t *Tester) Start(partitions ...int32) {
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
 	}, t.opts...)
-	ch, err := chain.New(t.stages, t.dec, opts...)
+	opts = append(opts, t.changelogOptions()...)
+	ch, err := t.build(opts...)
 	if err != nil {
 		t.tb.Fatalf("chaintest: %v", err)
 	}
@@ -161,15 +200,15 @@ func (t *Tester) Start(partitions ...int32) {
 		cs := t.mu.commits[p]
 		t.mu.Unlock()
 		a := chain.Assignment{Topic: t.topic, Partition: p, Committed: -1, Source: l, Committer: committer{t, p}}
+		// The claim starts at the committed offset or, with none, at the
+		// log's beginning, like a group with auto.offset.reset=earliest.
+		cursor := l.Start()
 		if n := len(cs); n > 0 {
 			a.Committed, a.Metadata = cs[n-1].Offset, cs[n-1].Metadata
-		} else {
-			// A tester partition starts at the log's beginning, like a
-			// group with auto.offset.reset=earliest.
-			a.Committed = l.Start()
+			cursor = max(a.Committed, 0)
 		}
 		l.mu.Lock()
-		l.cursor = max(a.Committed, 0) // the claim starts at the committed offset
+		l.cursor = cursor
 		l.onFetch = t.changed.notify
 		l.mu.Unlock()
 		t.running = append(t.running, p)
@@ -279,6 +318,27 @@ func (t *Tester) Outputs(topic string) []chain.Message {
 	return out
 }
 
+// errInjectedCommit is the error of a commit FailCommits fails.
+var errInjectedCommit = errors.New("chaintest: injected commit failure")
+
+// FailCommits makes the next n commits fail (as a commit refused by the
+// group coordinator would): the chain has persisted the checkpoint locally,
+// and Kafka does not have it.
+func (t *Tester) FailCommits(n int) {
+	t.mu.Lock()
+	t.mu.failCommits = n
+	t.mu.Unlock()
+}
+
+// ResetOffset commits offset for partition p with empty metadata, as
+// kafka-consumer-groups --reset-offsets does (use it while the chain is
+// stopped): the next Start resumes every stage there.
+func (t *Tester) ResetOffset(p int32, offset int64) {
+	t.mu.Lock()
+	t.mu.commits[p] = append(t.mu.commits[p], Commit{Offset: offset})
+	t.mu.Unlock()
+}
+
 // Commits returns the commits made for partition p, oldest first.
 func (t *Tester) Commits(p int32) []Commit {
 	t.mu.Lock()
@@ -301,6 +361,15 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 	cp := make([]chain.Message, len(msgs))
 	copy(cp, msgs)
 	t.mu.Lock()
+	if limit := t.mu.maxSize; limit > 0 {
+		for i := range cp {
+			if n := messageSize(&cp[i]); n > limit {
+				t.mu.Unlock()
+				done(fmt.Errorf("chaintest: message to %s: %w: %d bytes > %d", cp[i].Topic, chain.ErrMessageTooLarge, n, limit))
+				return
+			}
+		}
+	}
 	mode := t.mu.acks
 	if mode == AckHold {
 		t.mu.held = append(t.mu.held, func(err error) {
@@ -328,6 +397,14 @@ func (p producer) Produce(_ context.Context, msgs []chain.Message, done func(err
 	ack()
 }
 
+func messageSize(m *chain.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 func (t *Tester) keepLocked(msgs []chain.Message) {
 	if !t.mu.discard {
 		t.mu.outputs = append(t.mu.outputs, msgs...)
@@ -348,6 +425,11 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, offset int64, md string) error {
 	c.t.mu.Lock()
+	if c.t.mu.failCommits > 0 {
+		c.t.mu.failCommits--
+		c.t.mu.Unlock()
+		return errInjectedCommit
+	}
 	prev := c.t.mu.commits[c.p]
 	if n := len(prev); n > 0 && offset < prev[n-1].Offset {
 		c.t.mu.Unlock()

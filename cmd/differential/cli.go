@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
 // Exit codes.
@@ -23,7 +24,10 @@ const (
 // streams, and seams that only tests set.
 type env struct {
 	stdout, stderr io.Writer
-	hooks          hooks
+	// lookupEnv reads the process environment (os.LookupEnv in the
+	// binary); nil: no environment, as in-process tests run.
+	lookupEnv func(string) (string, bool)
+	hooks     hooks
 }
 
 // hooks are test seams; the binary leaves them all zero.
@@ -38,7 +42,10 @@ type hooks struct {
 	now func() time.Time
 	// tamperOutputs may change what the demo read back from its output
 	// topic before verifying it (tests break the verification on purpose).
-	tamperOutputs func([]readRecord) []readRecord
+	tamperOutputs func([]reference.Written) []reference.Written
+	// wrapProducer may replace run's output producer (the chaosbreak build
+	// breaks the engine on purpose for the fault-injection suite).
+	wrapProducer func(chain.Producer) chain.Producer
 }
 
 type command struct {
@@ -65,8 +72,12 @@ func cli(ctx context.Context, args []string, e *env) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		usage(e.stdout)
-		return exitOK
+		if len(args) == 1 {
+			usage(e.stdout)
+			return exitOK
+		}
+		// differential help <command>: the command's own help.
+		name, args = args[1], []string{args[1], "--help"}
 	}
 	for _, c := range commands {
 		if c.name == name {
@@ -84,7 +95,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nRun 'differential <command> -h' for a command's flags.\n")
+	b.WriteString("\nRun 'differential help <command>' (or 'differential <command> --help') for a command's flags.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -107,7 +118,7 @@ func exitCode(e *env, name string, err error) int {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "differential %s: %v\nRun 'differential %s -h' for usage.\n", name, err, name)
+		fmt.Fprintf(e.stderr, "differential %s: %v\nRun 'differential %s --help' for usage.\n", name, err, name)
 		return exitUsage
 	default:
 		fmt.Fprintf(e.stderr, "differential %s: %v\n", name, err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/differential-dev/differential/bench"
+	"github.com/differential-dev/differential/chain"
 )
 
 const benchSynopsis = `Measures the chain engine against the micro-batch baseline (DESIGN §6) on the
@@ -36,7 +37,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.SVGPath, "svg", "", "write the SVG charts to this `file`")
 	fs.IntVar(&o.BatchSize, "batch-size", 0, "micro-batch poll size in records (default 500)")
 	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "the `duration` a micro-batch poll waits for a full batch (default 100ms)")
-	fs.IntVar(&o.BufferSize, "buffer", 0, "the chain's handoff buffer per partition (default 8192)")
+	fs.IntVar(&o.BufferSize, "buffer", 0, fmt.Sprintf("the chain's handoff buffer per partition (default %d)", chain.DefaultBufferSize))
 	fs.IntVar(&o.PollingBufferSize, "polling-buffer", 0, "the tiny buffer of the polling-fallback measurement (default 32)")
 	fs.Var(durationValue{&o.IdleTimeout}, "idle-timeout", "idle release `duration` of both designs (default 100ms)")
 	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "latency-phase load, a fraction of the slower design's throughput (default 0.5)")
@@ -46,8 +47,8 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.Store, "store", "", "state store: pebble or memory (default pebble)")
 	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble stores (default the system's temporary directory)")
 	fs.Var(durationValue{&o.Timeout}, "timeout", "bound on one design run, a `duration` (default 10m)")
-	fs.Var(enumValue{&logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&logLevel, logLevels}, "log-level", "engine log `level`")
+	fs.Var(durationValue{&o.Velocity}, "velocity-window", "also run B's chain with the velocity stage over this `duration` (threshold 20) and report its cost per record (default 0: not)")
+	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func checkBenchOptions(o *bench.Options) error {
 		return usagef("--polling-buffer must be >= 2, got %d", o.PollingBufferSize)
 	case o.LatencyLoad < 0 || o.LatencyLoad > 1:
 		return usagef("--latency-load must be in (0, 1], got %v", o.LatencyLoad)
-	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0:
+	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Velocity < 0:
 		return usagef("durations must be >= 0")
 	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
 		return usagef("--store must be pebble or memory, got %q", o.Store)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/kafka"
 )
 
 type produceOptions struct {
+	config         string
 	brokers        []string
 	topic          string
 	records        int
@@ -23,17 +26,25 @@ type produceOptions struct {
 	heavyKey       float64
 	create         bool
 	kafkaVersion   string
+	sec            securityFlags
 }
 
-const produceSynopsis = `Writes a generated attribution workload (internal/workload: skewed users, late
+var produceSynopsis = `Writes a generated attribution workload (internal/workload: skewed users, late
 clicks, duplicates, about 1% malformed records) to --topic. The same --seed,
 --records and partition count always give the same records; each goes to the
 partition sarama's default hash partitioner picks for its key (user_id).
-Progress goes to stderr, the final count to stdout.`
+Progress goes to stderr, the final count to stdout.
 
-func produceCmd(ctx context.Context, args []string, e *env) error {
-	o := produceOptions{topic: "events", records: 100_000, seed: 1, maxRecordBytes: 64 << 10, kafkaVersion: defaultKafkaVersion}
-	fs := newFlagSet("produce", produceSynopsis, e)
+` + envHelp("DIFFERENTIAL_BROKERS") + `
+
+The file may be run's: keys of run's settings are ignored.`
+
+func defaultProduceOptions() produceOptions {
+	return produceOptions{topic: "events", records: 100_000, seed: 1, maxRecordBytes: 64 << 10, kafkaVersion: defaultKafkaVersion}
+}
+
+func (o *produceOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
 	fs.Var(listValue{&o.brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,host:port...]` (required)")
 	fs.StringVar(&o.topic, "topic", o.topic, "`topic` to write to")
 	fs.IntVar(&o.records, "records", o.records, "number of records")
@@ -43,15 +54,35 @@ func produceCmd(ctx context.Context, args []string, e *env) error {
 	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	fs.BoolVar(&o.create, "create", false, "create --topic with --partitions partitions if it does not exist")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
+	o.sec.register(fs)
+}
+
+func produceCmd(ctx context.Context, args []string, e *env) error {
+	o := defaultProduceOptions()
+	fs := newFlagSet("produce", produceSynopsis, e)
+	o.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := settle(fs, e, &o.config, flagNames(new(runOptions).register)); err != nil {
 		return err
 	}
 	version, err := o.validate()
 	if err != nil {
 		return err
 	}
-	sc := baseSarama(version, o.maxRecordBytes)
-	parts, err := o.topicPartitions(sc)
+	sec, err := o.sec.security()
+	if err != nil {
+		return err
+	}
+	if sec.TLS.InsecureSkipVerify {
+		fmt.Fprintln(e.stderr, "differential produce: WARNING: "+insecureWarning)
+	}
+	sc, err := securedSarama(baseSarama(version, o.maxRecordBytes), sec)
+	if err != nil {
+		return err
+	}
+	parts, err := o.topicPartitions(sc, sec)
 	if err != nil {
 		return err
 	}
@@ -61,13 +92,13 @@ func produceCmd(ctx context.Context, args []string, e *env) error {
 	cfg.HeavyKeyShare = o.heavyKey
 	recs := workload.Generate(cfg)
 	fmt.Fprintf(e.stderr, "generated %s records for %d partitions (seed %d): %s\n", count(len(recs)), parts, o.seed, kindSummary(recs))
-	p := &producer{brokers: o.brokers, sc: sc, topic: o.topic, progress: produceProgress(e.stderr, len(recs))}
-	res, err := p.run(ctx, recs)
+	res, err := workload.Write(ctx, workload.WriterConfig{Brokers: o.brokers, Sarama: sc, Topic: o.topic,
+		Progress: produceProgress(e.stderr, len(recs))}, recs)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "produced %d records to %s (%d partitions) in %s (%s records/s)\n",
-		res.records, o.topic, parts, res.took.Round(time.Millisecond), rate(float64(res.records)/res.took.Seconds()))
+		res.Records, o.topic, parts, res.Took.Round(time.Millisecond), rate(float64(res.Records)/res.Took.Seconds()))
 	return nil
 }
 
@@ -93,10 +124,10 @@ func (o *produceOptions) validate() (sarama.KafkaVersion, error) {
 
 // topicPartitions returns the topic's partition count, creating the topic
 // first with --create, and checks it against --partitions.
-func (o *produceOptions) topicPartitions(sc *sarama.Config) (int, error) {
+func (o *produceOptions) topicPartitions(sc *sarama.Config, sec kafka.Security) (int, error) {
 	client, err := sarama.NewClient(o.brokers, sc)
 	if err != nil {
-		return 0, fmt.Errorf("connect to --brokers %v: %w", o.brokers, err)
+		return 0, fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, sec))
 	}
 	defer func() { _ = client.Close() }()
 	parts, err := client.Partitions(o.topic)

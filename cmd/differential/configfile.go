@@ -6,19 +6,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // applyConfigFile sets, from the YAML file at path, every flag of fs that
-// the command line did not set: the keys are the flags' names (e.g.
-// state-dir: /var/lib/differential), so a value is parsed and validated by
-// the same code whichever way it comes, and flags win. A key that names no
-// flag, a nested value, or a duplicate key is an error naming the key and
-// its line. A broker list may be a YAML sequence or a comma-separated string.
-func applyConfigFile(fs *flag.FlagSet, path string) error {
+// is not in set (set on the command line or by the environment): the keys
+// are the flags' names (e.g. state-dir: /var/lib/differential), so a value
+// is parsed and validated by the same code whichever way it comes. A key in
+// ignore (another command's setting) is skipped; a key that names no flag,
+// a nested value, or a duplicate key is an error naming the key and its
+// line. A broker list may be a YAML sequence or a comma-separated string.
+func applyConfigFile(fs *flag.FlagSet, path string, set, ignore map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return usagef("--config: %v", err)
@@ -38,8 +41,6 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	if root.Kind != yaml.MappingNode {
 		return usagef("config file %s:%d: the document must be a mapping of flag names to values", path, root.Line)
 	}
-	fromCLI := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { fromCLI[f.Name] = true })
 	seen := map[string]int{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -50,17 +51,23 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		}
 		seen[key] = k.Line
 		f := fs.Lookup(key)
+		if f == nil && ignore[key] {
+			continue
+		}
 		if f == nil || key == "config" {
-			return usagef("%s: unknown key %q%s", at, key, suggest(fs, key))
+			return usagef("%s: unknown key %q%s", at, key, suggest(fs, key, ignore))
 		}
 		val, err := scalarOf(v)
 		if err != nil {
 			return usagef("%s: key %q: %v", at, key, err)
 		}
-		if fromCLI[key] {
+		if set[key] {
 			continue
 		}
 		if err := fs.Set(key, val); err != nil {
+			if secretFlags[key] {
+				return usagef("%s: key %q: invalid value: %v", at, key, err)
+			}
 			return usagef("%s: key %q: invalid value %q: %v", at, key, val, err)
 		}
 	}
@@ -90,19 +97,26 @@ func scalarOf(n *yaml.Node) (string, error) {
 	}
 }
 
-// suggest names the flag closest to an unknown key, or lists them all.
-func suggest(fs *flag.FlagSet, key string) string {
+// suggest names the key closest to an unknown one (a flag of fs or another
+// command's key), or lists fs's flags.
+func suggest(fs *flag.FlagSet, key string, others map[string]bool) string {
 	var names []string
 	best, bestD := "", 3
+	consider := func(name string) {
+		if d := editDistance(strings.ToLower(key), name); d < bestD || (d == bestD && best != "" && name < best) {
+			best, bestD = name, d
+		}
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name == "config" {
 			return
 		}
 		names = append(names, f.Name)
-		if d := editDistance(strings.ToLower(key), f.Name); d < bestD {
-			best, bestD = f.Name, d
-		}
+		consider(f.Name)
 	})
+	for _, name := range slices.Sorted(maps.Keys(others)) {
+		consider(name)
+	}
 	if best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}

@@ -7,12 +7,13 @@ import (
 	metrics "github.com/rcrowley/go-metrics"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chainmetrics"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
-// engineSettings are the chain settings `run` and `demo` share.
+// engineSettings are the chain settings of `run` (flags, embedded in
+// runOptions) and `demo`.
 type engineSettings struct {
-	rules          attribution.Config
 	offsetDistance int64
 	idleTimeout    time.Duration
 	buffer         int
@@ -20,34 +21,50 @@ type engineSettings struct {
 	commitInterval time.Duration
 	shutdown       time.Duration
 	output, dlq    string
+	// alerts is the velocity stage's topic ("" = output), when the rules'
+	// Velocity is enabled.
+	alerts string
 }
 
-// newAttributionChain builds the click -> install -> purchase chain with the
-// store, the producer, the shared metrics registry and the logger.
-func newAttributionChain(s engineSettings, st chain.Store, prod chain.Producer, reg metrics.Registry, log *slog.Logger, h hooks) (*chain.Chain, error) {
-	stages := attribution.Chain(s.rules)
-	for i := range stages {
-		stages[i].KeyConcurrency = s.keyConcurrency
+// defaultEngineSettings are the chain's defaults, strict partition order,
+// and the default topic names.
+func defaultEngineSettings() engineSettings {
+	return engineSettings{
+		idleTimeout: chain.DefaultIdleTimeout, buffer: chain.DefaultBufferSize, keyConcurrency: 1,
+		commitInterval: chain.DefaultCommitInterval, shutdown: chain.DefaultShutdownTimeout,
+		output: "attributions", dlq: "events-dlq",
 	}
-	if h.wrapStages != nil {
-		stages = h.wrapStages(stages)
-	}
+}
+
+// newAttributionChain builds the click -> install -> purchase chain for the
+// rules (with the velocity stage when rules.Velocity is enabled, its metrics
+// in reg) with the store, the producer, the shared metrics registry and the
+// logger.
+func newAttributionChain(rules attribution.Config, s engineSettings, st chain.Store, prod chain.Producer, reg metrics.Registry, log *slog.Logger, h hooks) (*chain.Chain, error) {
 	opts := []chain.Option{
-		chain.WithLateness(s.rules.Lateness), // the gate must use the rules' lateness (attribution.Chain)
 		chain.WithOffsetDistance(s.offsetDistance),
 		chain.WithIdleTimeout(s.idleTimeout),
 		chain.WithBufferSize(s.buffer),
-		chain.WithBatchSize(min(256, s.buffer)),
 		chain.WithCommitInterval(s.commitInterval),
 		chain.WithShutdownTimeout(s.shutdown),
 		chain.WithStore(st),
 		chain.WithProducer(prod),
 		chain.WithOutputTopic(s.output),
 		chain.WithDLQTopic(s.dlq),
-		chain.WithMetrics(reg),
+		chainmetrics.Option(reg),
 		chain.WithLogger(log),
 	}
-	return chain.New(stages, attribution.Decoder(s.rules), append(opts, h.chainOptions...)...)
+	wire := func(stages []chain.Stage) []chain.Stage {
+		if vp := attribution.VelocityOf(stages); vp != nil && reg != nil {
+			vp.RegisterMetrics(reg) // for the process's lifetime, like the registry
+		}
+		if h.wrapStages != nil {
+			stages = h.wrapStages(stages)
+		}
+		return stages
+	}
+	return attribution.NewChainWith(rules, attribution.Wiring{KeyConcurrency: s.keyConcurrency, AlertsTopic: s.alerts, Stages: wire},
+		append(opts, h.chainOptions...)...)
 }
 
 // rebalanceTimeout leaves a revoked partition time to drain and commit

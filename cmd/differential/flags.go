@@ -14,31 +14,96 @@ import (
 )
 
 // newFlagSet returns a flag set whose errors are returned, not printed: the
-// caller reports them once, as usage errors. -h prints the usage to stdout.
+// caller reports them once, as usage errors, with one line pointing to
+// --help. -h and --help print the help to stdout.
 func newFlagSet(name, synopsis string, e *env) *flag.FlagSet {
 	fs := flag.NewFlagSet("differential "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "Usage: differential %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		var b strings.Builder
+		fmt.Fprintf(&b, "Usage: differential %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		writeFlags(&b, fs)
+		_, _ = io.WriteString(e.stdout, b.String())
 	}
 	return fs
 }
 
 // parseFlags parses args; a parse error or a stray argument is a usage error.
+// The help is printed for -h/--help only: the flag package would print it
+// for every error too.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	help := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = help
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			help()
 			return err
 		}
-		return &usageError{err}
+		return &usageError{flagError(fs, err)}
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
 	}
 	return nil
+}
+
+// flagError rewrites the flag package's messages with the --flag spelling
+// the help and README use, and suggests the nearest flag for an unknown one.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		name = strings.TrimPrefix(name, "-")
+		return fmt.Errorf("unknown flag --%s%s", name, suggestFlag(fs, name))
+	}
+	msg = strings.Replace(msg, "for flag -", "for flag --", 1)
+	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
+	return errors.New(msg)
+}
+
+// suggestFlag names the flag nearest to an unknown name, if one is near.
+func suggestFlag(fs *flag.FlagSet, name string) string {
+	best, bestD := "", 3
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(strings.ToLower(name), f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return " (did you mean --" + best + "?)"
+}
+
+// writeFlags prints every flag as the README spells it (--name value),
+// with its default unless the default is a zero value or the help text
+// already gives one.
+func writeFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if !zeroDefault(f.DefValue) && !strings.Contains(usage, "(default") {
+			if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" {
+				line += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				line += " (default " + f.DefValue + ")"
+			}
+		}
+		_, _ = io.WriteString(w, line+"\n")
+	})
+}
+
+func zeroDefault(v string) bool {
+	switch v {
+	case "", "0", "0s", "false", "[]":
+		return true
+	}
+	return false
 }
 
 // durationValue is a time.Duration flag that also accepts whole days
@@ -130,7 +195,8 @@ func (v enumValue) String() string {
 
 func (v enumValue) Set(s string) error {
 	if !slices.Contains(v.allowed, s) {
-		return fmt.Errorf("must be one of %s", strings.Join(v.allowed, ", "))
+		named := slices.DeleteFunc(slices.Clone(v.allowed), func(a string) bool { return a == "" })
+		return fmt.Errorf("must be one of %s", strings.Join(named, ", "))
 	}
 	*v.p = s
 	return nil

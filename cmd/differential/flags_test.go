@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,10 +31,10 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"unknown command", []string{"serve"}, `unknown command "serve"`},
 		{"missing brokers", []string{"run"}, "--brokers is required"},
 		{"broker without port", []string{"run", "--brokers", "kafka1"}, `--brokers: "kafka1" is not host:port`},
-		{"unknown flag", []string{"run", b, "--bufer", "10"}, "flag provided but not defined: -bufer"},
-		{"bad enum", []string{"run", b, "--start", "sideways"}, `invalid value "sideways" for flag -start: must be one of earliest, latest`},
-		{"bad int", []string{"run", b, "--buffer", "lots"}, `invalid value "lots" for flag -buffer`},
-		{"bad duration", []string{"run", b, "--lookback", "7"}, `invalid value "7" for flag -lookback: not a duration`},
+		{"unknown flag", []string{"run", b, "--bufer", "10"}, "unknown flag --bufer (did you mean --buffer?)"},
+		{"bad enum", []string{"run", b, "--start", "sideways"}, `invalid value "sideways" for flag --start: must be one of earliest, latest`},
+		{"bad int", []string{"run", b, "--buffer", "lots"}, `invalid value "lots" for flag --buffer`},
+		{"bad duration", []string{"run", b, "--lookback", "7"}, `invalid value "7" for flag --lookback: not a duration`},
 		{"out of range", []string{"run", b, "--offset-distance", "9000"}, "--offset-distance must be >= 0 and smaller than --buffer (8192), got 9000"},
 		{"zero lookback", []string{"run", b, "--lookback", "0s"}, "--lookback must be > 0"},
 		{"key concurrency", []string{"run", b, "--key-concurrency", "0"}, "--key-concurrency must be in [1, 1024]"},
@@ -46,7 +47,7 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"config unknown key", []string{"run", "--config", writeConfig(t, "brokers: [a:1]\n\nbufer: 10\n")},
 			`differential.yaml:3: unknown key "bufer" (did you mean "buffer"?)`},
 		{"config unrelated key", []string{"run", "--config", writeConfig(t, "zookeeper: a:2181\n")},
-			`unknown key "zookeeper" (the keys are the flags' names: brokers, buffer, commit-interval`},
+			`unknown key "zookeeper" (the keys are the flags' names: alerts, assignor, brokers, buffer, changelog, changelog-topic, commit-interval`},
 		{"config bad value", []string{"run", "--config", writeConfig(t, "brokers: a:1\nbuffer: lots\n")},
 			`differential.yaml:2: key "buffer": invalid value "lots"`},
 		{"config nested", []string{"run", "--config", writeConfig(t, "brokers:\n  main: a:1\n")},
@@ -58,6 +59,15 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"config invalid setting", []string{"run", "--config", writeConfig(t, "brokers: a:1\nlateness: -1s\n")}, "--lateness must be >= 0, got -1s"},
 		{"config names itself", []string{"run", "--config", writeConfig(t, "config: other.yaml\n")}, `unknown key "config"`},
 		{"produce records", []string{"produce", b, "--records", "-1"}, "--records must be >= 0"},
+		{"cert without key", []string{"run", b, "--tls-cert-file", "c.pem"}, "--tls-cert-file and --tls-key-file go together"},
+		{"missing CA file", []string{"produce", b, "--tls-ca-file", "/nonexistent/ca.pem"}, "--tls-ca-file: stat /nonexistent/ca.pem"},
+		{"CA file not PEM", []string{"run", b, "--tls-ca-file", writeConfig(t, "not a certificate")}, "holds no PEM certificate"},
+		{"user without mechanism", []string{"run", b, "--sasl-user", "alice"}, "need --sasl-mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)"},
+		{"bad mechanism", []string{"run", b, "--sasl-mechanism", "GSSAPI"}, `invalid value "GSSAPI" for flag --sasl-mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER`},
+		{"scram without password", []string{"produce", b, "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", "alice"}, "--sasl-mechanism SCRAM-SHA-512 needs --sasl-user and a password"},
+		{"two passwords", []string{"run", b, "--sasl-mechanism", "PLAIN", "--sasl-user", "a", "--sasl-password", "p", "--sasl-password-file", writeConfig(t, "p")}, "two ways to give one password"},
+		{"oauth without token", []string{"run", b, "--sasl-mechanism", "OAUTHBEARER"}, "--sasl-mechanism OAUTHBEARER needs --sasl-token-file"},
+		{"produce unknown key", []string{"produce", "--config", writeConfig(t, "brokers: a:1\ngroupp: g\n")}, `unknown key "groupp" (did you mean "group"?)`},
 		{"produce brokers", []string{"produce"}, "--brokers is required"},
 		{"demo partitions", []string{"demo", "--partitions", "0"}, "--partitions must be in [1, 1000]"},
 		{"bench workload", []string{"bench", "--workloads", "A,Z"}, `--workloads: unknown workload "Z"`},
@@ -123,8 +133,9 @@ func TestParseDuration(t *testing.T) {
 func TestHelpAndVersionExitZero(t *testing.T) {
 	code, out, _ := runCLI(t, hooks{}, "run", "-h")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, out, "-state-dir directory")
+	require.Contains(t, out, "\n  --state-dir directory\n")
 	require.Contains(t, out, `(default "differential-state")`)
+	require.Contains(t, out, "DIFFERENTIAL_<FLAG>")
 
 	code, out, _ = runCLI(t, hooks{}, "help")
 	require.Equal(t, exitOK, code)
@@ -133,4 +144,114 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 	code, out, _ = runCLI(t, hooks{}, "version")
 	require.Equal(t, exitOK, code)
 	require.Regexp(t, `^differential \S+ .*\(github.com/differential-dev/differential\) go1\.\d+`, out)
+}
+
+// TestUnknownFlagIsOneLineOnStderr: a bad flag prints the error and one line
+// pointing to --help on stderr, nothing on stdout.
+func TestUnknownFlagIsOneLineOnStderr(t *testing.T) {
+	for _, cmd := range []string{"run", "produce", "demo", "bench", "version"} {
+		code, out, errs := runCLI(t, hooks{}, cmd, "--no-such-flag")
+		require.Equal(t, exitUsage, code)
+		require.Empty(t, out, cmd)
+		require.Equal(t, "differential "+cmd+": unknown flag --no-such-flag\nRun 'differential "+cmd+" --help' for usage.\n", errs)
+	}
+}
+
+// TestHelpSpellsFlagsAsTheREADME: `help <command>` is the command's own
+// help; every flag is shown as --name; every default appears at most once.
+func TestHelpSpellsFlagsAsTheREADME(t *testing.T) {
+	for _, cmd := range []string{"run", "produce", "demo", "bench"} {
+		code, viaHelp, _ := runCLI(t, hooks{}, "help", cmd)
+		require.Equal(t, exitOK, code)
+		code, out, _ := runCLI(t, hooks{}, cmd, "--help")
+		require.Equal(t, exitOK, code)
+		require.Equal(t, out, viaHelp, "help %s is %s --help", cmd, cmd)
+		_, flags, ok := strings.Cut(out, "\nFlags:\n")
+		require.True(t, ok)
+		for _, line := range strings.Split(strings.TrimRight(flags, "\n"), "\n") {
+			if !strings.HasPrefix(line, "    \t") {
+				require.True(t, strings.HasPrefix(line, "  --"), "%s: flag line %q", cmd, line)
+			}
+			require.LessOrEqual(t, strings.Count(line, "(default"), 1, "%s: %q", cmd, line)
+		}
+	}
+	_, out, _ := runCLI(t, hooks{}, "bench", "-h")
+	require.Contains(t, out, "a micro-batch poll waits for a full batch (default 100ms)\n")
+	require.NotContains(t, out, "(default 0s)")
+
+	code, _, errs := runCLI(t, hooks{}, "help", "serve")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errs, `unknown command "serve"`)
+}
+
+// TestSettingsPrecedence: flag > environment > configuration file >
+// default, for every setting, the configuration file's path included.
+func TestSettingsPrecedence(t *testing.T) {
+	path := writeConfig(t, "brokers: [file:1]\ntopic: file-topic\ngroup: file-group\nbuffer: 100\nsasl-user: file-user\nrecords: 5\n")
+	vars := map[string]string{
+		"DIFFERENTIAL_CONFIG":          path,
+		"DIFFERENTIAL_TOPIC":           "env-topic",
+		"DIFFERENTIAL_GROUP":           "env-group",
+		"DIFFERENTIAL_LOOKBACK":        "2d",
+		"DIFFERENTIAL_SASL_MECHANISM":  "SCRAM-SHA-256",
+		"DIFFERENTIAL_SASL_PASSWORD":   "env-password",
+		"DIFFERENTIAL_STATE_DIR":       "",      // empty: unset
+		"DIFFERENTIAL_TEST_BROKERS":    "not:1", // no such flag: ignored
+		"DIFFERENTIAL_TLS_SERVER_NAME": "kafka.internal",
+	}
+	e := &env{lookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	o, err := parseRunOptions([]string{"--group", "flag-group"}, e)
+	require.NoError(t, err)
+	require.Equal(t, "flag-group", o.group, "flag over env")
+	require.Equal(t, "env-topic", o.topic, "env over file")
+	require.Equal(t, []string{"file:1"}, o.brokers, "file over default")
+	require.Equal(t, 100, o.buffer, "file over default")
+	require.Equal(t, 48*time.Hour, o.lookback, "env over default")
+	require.Equal(t, "differential-state", o.stateDir, "an empty variable is unset")
+	require.Equal(t, "SCRAM-SHA-256", o.security.SASL.Mechanism)
+	require.Equal(t, "file-user", o.security.SASL.User)
+	require.Equal(t, "env-password", string(o.security.SASL.Password))
+	require.True(t, o.security.TLS.Enabled(), "--tls-server-name implies TLS")
+	require.Equal(t, "kafka.internal", o.security.TLS.ServerName)
+
+	// produce reads the same file and environment; run's keys (group,
+	// buffer) are ignored there, produce's (records) in run.
+	p := defaultProduceOptions()
+	require.NoError(t, func() error {
+		fs := newFlagSet("produce", produceSynopsis, e)
+		p.register(fs)
+		if err := parseFlags(fs, nil); err != nil {
+			return err
+		}
+		return settle(fs, e, &p.config, flagNames(new(runOptions).register))
+	}())
+	require.Equal(t, "env-topic", p.topic)
+	require.Equal(t, 5, p.records)
+	require.Equal(t, []string{"file:1"}, p.brokers)
+
+	vars["DIFFERENTIAL_BUFFER"] = "lots"
+	_, err = parseRunOptions(nil, e)
+	require.ErrorContains(t, err, `environment variable DIFFERENTIAL_BUFFER (--buffer): invalid value "lots"`)
+}
+
+// TestSecretsNeverEchoed: a password given by flag, environment or file
+// appears in no error and no help text.
+func TestSecretsNeverEchoed(t *testing.T) {
+	const pw = "Hunter2-secret"
+	b := "--brokers=localhost:9092"
+	for _, args := range [][]string{
+		{"run", b, "--sasl-password", pw},                                  // no mechanism
+		{"run", b, "--sasl-password", pw, "--sasl-mechanism", "PLAIN"},     // no user
+		{"produce", b, "--sasl-password", pw, "--sasl-password-file", "x"}, // two passwords
+		{"run", b, "--sasl-password", pw, "--buffer", "x"},
+		{"run", b, "--sasl-password", pw, "-h"},
+		{"produce", b, "--sasl-password", pw, "--help"},
+	} {
+		_, out, errs := runCLI(t, hooks{}, args...)
+		require.NotContains(t, out+errs, pw, "%v", args)
+	}
+	path := writeConfig(t, "brokers: a:1\nsasl-password: "+pw+"\n")
+	_, err := parseRunOptions([]string{"--config", path}, &env{})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), pw)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,13 @@ import (
 )
 
 var logLevels = []string{"debug", "info", "warn", "error"}
+
+// registerLogFlags registers --log-format (text or json) and --log-level
+// (one of logLevels) on fs; format and level hold their defaults.
+func registerLogFlags(fs *flag.FlagSet, format, level *string, levelHelp string) {
+	fs.Var(enumValue{format, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
+	fs.Var(enumValue{level, logLevels}, "log-level", levelHelp)
+}
 
 // newLogger returns the process's structured logger: text or JSON lines on w
 // at the given level. Every component gets it (engine, Kafka adapter, store),

@@ -14,7 +14,7 @@ func main() {
 		stop() // restore the default action: a second signal terminates
 	}()
 	stopProfile := startProfile(os.Stderr)
-	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr})
+	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, hooks: buildHooks()})
 	stopProfile()
 	os.Exit(code)
 }

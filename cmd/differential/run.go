@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"syscall"
 
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/metricshttp"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
@@ -23,6 +27,9 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		saramaLog.Store(log.With("component", "sarama"))
 		defer saramaLog.Store(nil)
 	}
+	if o.security.TLS.InsecureSkipVerify {
+		log.Warn(insecureWarning) // kafka.NewProducer and kafka.Run warn again, for their clients
+	}
 	sc := baseSarama(o.version, o.maxRecordBytes)
 	if err := o.preflight(sc); err != nil {
 		return err
@@ -33,17 +40,36 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 
 	db, err := store.OpenPebble(o.stateDir, store.WithLogger(log))
 	if err != nil {
-		return fmt.Errorf("open --state-dir %s: %w", o.stateDir, err)
+		return stateDirError(o.stateDir, err)
 	}
 	defer closeLogged(log, "state store", db)
-	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: o.brokers, Sarama: sc, Logger: log, Registry: reg})
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: o.brokers, Sarama: sc, Security: o.security, Logger: log, Registry: reg})
 	if err != nil {
 		return err
 	}
 	// Closed after kafka.Run returned: every output of a committed record
 	// is acknowledged by then, so Close has nothing left to flush.
 	defer closeLogged(log, "producer", prod)
-	ch, err := newAttributionChain(o.engine(), db, prod, reg, log, e.hooks)
+	h := e.hooks
+	if o.changelog {
+		// The only topic run creates: with the input's partition count,
+		// compacted; an existing one is checked (exit 1 on a mismatch).
+		cl, err := kafka.NewChangelog(ctx, kafka.ChangelogConfig{
+			Brokers: o.brokers, InputTopic: o.topic, Group: o.group, Topic: o.changelogName(),
+			Sarama: sc, Security: o.security, Logger: log, Registry: reg,
+		})
+		if err != nil {
+			return err
+		}
+		// Closed after kafka.Run returned: every append was acknowledged.
+		defer closeLogged(log, "changelog", cl)
+		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
+	}
+	var out chain.Producer = prod
+	if h.wrapProducer != nil {
+		out = h.wrapProducer(prod)
+	}
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}
@@ -55,11 +81,20 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		}
 		defer stop()
 	}
+	changelog := "off"
+	if o.changelog {
+		changelog = o.changelogName()
+	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
-		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "key_concurrency", o.keyConcurrency)
+		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
+		"assignor", o.assignor, "key_concurrency", o.keyConcurrency)
+	if o.velocity.window > 0 {
+		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
+			"alerts", o.velocity.alertsTopic(o.output))
+	}
 	err = kafka.Run(ctx, ch, kafka.Config{
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
-		Sarama: sc, Logger: log, Registry: reg,
+		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
 	})
 	if err != nil {
@@ -69,27 +104,33 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	return nil
 }
 
-func (o *runOptions) engine() engineSettings {
-	return engineSettings{
-		rules: o.attribution(), offsetDistance: o.offsetDistance, idleTimeout: o.idleTimeout,
-		buffer: o.buffer, keyConcurrency: o.keyConcurrency, commitInterval: o.commitInterval,
-		shutdown: o.shutdown, output: o.output, dlq: o.dlq,
-	}
-}
-
 // preflight connects once and checks that the input, output and dead-letter
 // topics exist, so a typo fails with one clear message before anything
 // starts (kafka.Run checks the input topic again, for a topic deleted since).
 func (o *runOptions) preflight(sc *sarama.Config) error {
-	c := *sc
-	c.MetricRegistry = metrics.NewRegistry() // a throwaway client's metrics stay out of the served registry
-	client, err := sarama.NewClient(o.brokers, &c)
+	c, err := securedSarama(sc, o.security)
 	if err != nil {
-		return fmt.Errorf("connect to --brokers %v: %w", o.brokers, err)
+		return err
+	}
+	c.MetricRegistry = metrics.NewRegistry() // a throwaway client's metrics stay out of the served registry
+	client, err := sarama.NewClient(o.brokers, c)
+	if err != nil {
+		return fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, o.security))
 	}
 	defer func() { _ = client.Close() }()
-	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}})
+	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}, {"alerts", o.velocity.alerts}})
 	return err
+}
+
+// stateDirError explains a failure to open --state-dir. Pebble locks the
+// directory (fcntl on its LOCK file) for as long as a process has it open:
+// another process gets EAGAIN ("resource temporarily unavailable"), this
+// process its own message.
+func stateDirError(dir string, err error) error {
+	if errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process") {
+		return fmt.Errorf("--state-dir %s is in use by another differential process (it holds the directory's LOCK file): give every process its own --state-dir", dir)
+	}
+	return fmt.Errorf("open --state-dir %s: %w", dir, err)
 }
 
 func closeLogged(log *slog.Logger, what string, c interface{ Close() error }) {

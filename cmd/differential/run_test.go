@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/kafka"
 )
 
 // TestProduceRunStopRestart is the in-process end-to-end test: `produce`,
@@ -33,9 +37,13 @@ func TestProduceRunStopRestart(t *testing.T) {
 	require.Contains(t, first.err.String(), "differential run stopped cleanly")
 
 	tp.produce(t, 4000, 8) // more input (the same event ids: duplicates across the restart)
-	tp.runToEnd(t)
-	v := tp.verifyOutputs(t)
-	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", v.Installs, v.Purchases, v.DeadLettered, v.Duplicates)
+	second := tp.runToEnd(t)
+	r := tp.verifyOutputs(t)
+	// The restart logs where each stage resumes, watermarks as RFC 3339 times.
+	started := regexp.MustCompile(`"msg":"partition started".*"resume":\{"click":\{"next":\d+,"watermark":"2026-\d\d-\d\dT[0-9:.]+Z"\}`)
+	require.Regexp(t, started, second.err.String())
+	require.NotRegexp(t, `"watermark":\d{16,}`, second.err.String())
+	t.Logf("%d installs, %d purchases, %d dead letters, %d duplicates skipped", r.Installs.Matched, r.Purchases.Matched, r.DeadLetters.Matched, r.Skipped)
 }
 
 // TestSIGTERMToBinary sends a real SIGTERM to the built binary while it
@@ -152,5 +160,63 @@ func TestBinaryExitsTwoOnBadFlags(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitUsage, ee.ExitCode())
-	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag -start: must be one of earliest, latest`)
+	require.Contains(t, string(ee.Stderr), `invalid value "sideways" for flag --start: must be one of earliest, latest`)
+}
+
+// TestStateDirInUse: a second process given the --state-dir a running
+// `run` holds fails with exit 1 saying the directory is in use by another
+// differential process (Pebble's lock), not "resource temporarily
+// unavailable"; a second run in the same process says the same.
+func TestStateDirInUse(t *testing.T) {
+	bin := binary(t)
+	tp := newTopics(t, 1)
+	first := startCLIWatching(t, hooks{}, "differential run starting", tp.runArgs()...)
+	recv(t, first.logged, "the first run to open its state")
+
+	want := "--state-dir " + tp.stateDir + " is in use by another differential process"
+	cmd := exec.Command(bin, tp.runArgs("--group", tp.group+"-2")...)
+	_, err := cmd.Output()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitFatal, ee.ExitCode(), string(ee.Stderr))
+	require.Contains(t, string(ee.Stderr), want)
+	require.NotContains(t, string(ee.Stderr), "resource temporarily unavailable")
+
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--group", tp.group+"-3")...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, want)
+	require.Equal(t, exitOK, first.stop(t), tail(first.err.String()))
+}
+
+// TestRunChangelogTopic: run creates the changelog topic when it is missing
+// (the input's partition count, compacted) and refuses one that cannot hold
+// the state, with exit 1 and a message saying why.
+func TestRunChangelogTopic(t *testing.T) {
+	tp := newTopics(t, 4)
+	tp.produce(t, 200, 3)
+
+	twoParts := tp.b.Topic(t, 2)
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--changelog-topic", twoParts)...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, "has 2 partitions, the input topic")
+
+	deleting := tp.b.Topic(t, 4) // cleanup.policy=delete
+	code, _, errs = runCLI(t, hooks{}, tp.runArgs("--changelog-topic", deleting)...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, `cleanup.policy="delete", want compact`)
+
+	code, _, errs = runCLI(t, hooks{}, tp.runArgs("--changelog-topic", "bad name")...)
+	require.Equal(t, exitUsage, code, errs)
+	require.Contains(t, errs, "--changelog-topic")
+
+	// Missing: created, and the run goes on to the end.
+	tp.runToEnd(t)
+	tp.verifyOutputs(t)
+	admin, err := sarama.NewClusterAdmin(tp.b.Addrs(), tp.b.Config())
+	require.NoError(t, err)
+	defer admin.Close()
+	name := kafka.ChangelogTopic(tp.group, tp.in)
+	md, err := admin.DescribeTopics([]string{name})
+	require.NoError(t, err)
+	require.Len(t, md[0].Partitions, 4)
 }

@@ -7,19 +7,24 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
 // runOptions are the settings of `differential run`, from flags and the
 // configuration file.
 type runOptions struct {
+	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --commit-interval, --shutdown-timeout, --output, --dlq
+
 	config         string
 	brokers        []string
 	topic          string
 	group          string
-	output         string
-	dlq            string
 	stateDir       string
+	changelog      bool
+	changelogTopic string
+	assignor       string
 	start          string
 	kafkaVersion   string
 	lookback       time.Duration
@@ -28,42 +33,44 @@ type runOptions struct {
 	dedupHorizon   time.Duration
 	maxClockSkew   time.Duration
 	maxRecordBytes int
-	offsetDistance int64
-	idleTimeout    time.Duration
-	buffer         int
-	keyConcurrency int
-	commitInterval time.Duration
-	shutdown       time.Duration
 	metricsAddr    string
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	velocity       velocityOptions
+	sec            securityFlags
 
-	version sarama.KafkaVersion // parsed kafkaVersion
+	version  sarama.KafkaVersion // parsed kafkaVersion
+	security kafka.Security      // from sec
 }
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
 // stage's key concurrency.
-const maxKeyConcurrency = 1024
+const maxKeyConcurrency = chain.DefaultInFlight
 
 func defaultRunOptions() runOptions {
 	a := attribution.DefaultConfig()
 	return runOptions{
-		topic: "events", group: "differential-attribution", output: "attributions", dlq: "events-dlq",
-		stateDir: "differential-state", start: "earliest", kafkaVersion: defaultKafkaVersion,
+		engineSettings: defaultEngineSettings(),
+
+		topic: "events", group: "differential-attribution",
+		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
+		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
-		idleTimeout: time.Second, buffer: 8192, keyConcurrency: 1,
-		commitInterval: time.Second, shutdown: 30 * time.Second, stallTimeout: time.Minute,
-		logFormat: "text", logLevel: "info",
+		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
 	}
 }
 
-const runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0). Every flag can also be set in a YAML file given with
---config, keyed by the flag's name; flags on the command line win.`
+commit, exit 0). With --velocity-window, a velocity stage between click and
+install counts each user's clicks over that trailing window and writes a
+click_velocity alert to --alerts when the count first exceeds
+--velocity-threshold.
+
+` + envHelp("DIFFERENTIAL_STATE_DIR")
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
@@ -72,7 +79,10 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
 	fs.StringVar(&o.output, "output", o.output, "output `topic` of attributed installs and purchases (must exist)")
 	fs.StringVar(&o.dlq, "dlq", o.dlq, "dead-letter `topic` (must exist); empty: invalid records are only logged")
-	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state (one per process)")
+	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
+	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
+	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")
 	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
 	fs.Var(durationValue{&o.lookback}, "lookback", "the `duration` a click may be before an install and still be matched (e.g. 7d, 36h)")
@@ -89,12 +99,13 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
-	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log format on stderr: `text|json`")
-	fs.Var(enumValue{&o.logLevel, logLevels}, "log-level", "log level: `debug|info|warn|error`")
+	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
+	o.velocity.register(fs)
+	o.sec.register(fs)
 }
 
-// parseRunOptions reads flags, then the configuration file for what the
-// flags did not set, then validates the result.
+// parseRunOptions reads flags, then the environment and the configuration
+// file for what the flags did not set, then validates the result.
 func parseRunOptions(args []string, e *env) (runOptions, error) {
 	o := defaultRunOptions()
 	fs := newFlagSet("run", runSynopsis, e)
@@ -102,11 +113,11 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if o.config != "" {
-		if err := applyConfigFile(fs, o.config); err != nil {
-			return o, err
-		}
+	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+		return o, err
 	}
+	o.velocity.noteSet(fs)
+	o.alerts = o.velocity.alerts
 	return o, o.validate()
 }
 
@@ -131,6 +142,10 @@ func (o *runOptions) validate() error {
 		return usagef("--state-dir is required")
 	case o.output == o.topic || o.dlq == o.topic:
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
+	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
+		return usagef("--alerts must differ from the input --topic %q and the --dlq %q", o.topic, o.dlq)
+	case o.changelog && (o.changelogName() == o.topic || o.changelogName() == o.output || o.changelogName() == o.dlq || o.changelogName() == o.velocity.alerts):
+		return usagef("--changelog-topic %q must differ from --topic, --output, --dlq and --alerts", o.changelogName())
 	case o.lookback <= 0:
 		return usagef("--lookback must be > 0, got %s", o.lookback)
 	case o.lateness < 0:
@@ -158,15 +173,48 @@ func (o *runOptions) validate() error {
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
 	}
+	if err := o.velocity.validate(); err != nil {
+		return err
+	}
+	if o.changelog {
+		if err := checkTopic("changelog-topic", o.changelogName(), true); err != nil {
+			return usagef("%v (the default is <group>.<topic>.state; name one with --changelog-topic)", err)
+		}
+	}
 	v, err := parseKafkaVersion(o.kafkaVersion)
 	if err != nil {
 		return err
 	}
 	o.version = v
+	if o.security, err = o.sec.security(); err != nil {
+		return err
+	}
 	if err := o.attribution().Validate(); err != nil {
 		return &usageError{err}
 	}
 	return nil
+}
+
+// The --assignor values.
+const (
+	assignorSticky      = "sticky"
+	assignorCooperative = "cooperative-sticky"
+)
+
+// changelogName is the changelog topic: --changelog-topic, or the default.
+func (o *runOptions) changelogName() string {
+	if o.changelogTopic != "" {
+		return o.changelogTopic
+	}
+	return kafka.ChangelogTopic(o.group, o.topic)
+}
+
+// strategy is the group's balance strategy for --assignor.
+func (o *runOptions) strategy() sarama.BalanceStrategy {
+	if o.assignor == assignorCooperative {
+		return sarama.NewBalanceStrategyCooperativeSticky()
+	}
+	return sarama.NewBalanceStrategySticky()
 }
 
 // attribution is the rules' configuration.
@@ -178,6 +226,7 @@ func (o *runOptions) attribution() attribution.Config {
 		a.DedupHorizon = o.lookback
 	}
 	a.MaxClockSkew, a.MaxRecordBytes = o.maxClockSkew, o.maxRecordBytes
+	a.Velocity = o.velocity.config()
 	return a
 }
 

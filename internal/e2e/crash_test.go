@@ -1,14 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,7 +104,25 @@ type env struct {
 	group, dir   string
 	cfg          attribution.Config
 	parts        [][]chain.Record
+	model        *reference.Expectation // of parts
 	total        int64
+}
+
+// newEnv makes the topics (input and output with 4 partitions, dead
+// letters with 1), a group name and a state directory, and writes a
+// generated workload of records over users to the input.
+func newEnv(t *testing.T, group string, records, users int, seed uint64) *env {
+	const partitions = 4
+	b := testbroker.New(t)
+	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
+		group: testbroker.Name(t, group), dir: t.TempDir()}
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, partitions, users, seed
+	wc.MaxRecordBytes = 16 << 10
+	e.cfg = attribution.DefaultConfig()
+	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	e.produce(t, wc)
+	return e
 }
 
 // runUntil runs the attribution chain (Pebble state in e.dir) until the last
@@ -123,7 +136,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config()})
 	require.NoError(t, err)
 	pr := newProgress(target)
-	ch, err := chain.New(attribution.Chain(e.cfg), attribution.Decoder(e.cfg),
+	ch, err := attribution.NewChain(e.cfg,
 		chain.WithStore(fs), chain.WithProducer(prod), chain.WithOutputTopic(e.out), chain.WithDLQTopic(e.dlq),
 		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(200*time.Millisecond), chain.WithObserver(pr))
 	require.NoError(t, err)
@@ -166,16 +179,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 // letters are exactly the invalid records, the committed offsets reach the
 // ends, and the Pebble state equals the model's final state.
 func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
-	const partitions = 4
-	b := testbroker.New(t)
-	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
-		group: testbroker.Name(t, "crash"), dir: t.TempDir()}
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 100_000, partitions, 3000, 42
-	wc.MaxRecordBytes = 16 << 10
-	e.cfg = attribution.DefaultConfig()
-	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
-	e.produce(t, wc)
+	e := newEnv(t, "crash", 100_000, 3000, 42)
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	done := int64(0)
@@ -190,86 +194,28 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 }
 
 // verify checks the outputs, dead letters, committed offsets and Pebble state
-// of a finished run against the reference model.
+// of a finished run against the reference model. Crashes re-emit: every
+// output and dead letter at least once, each repeat byte-identical.
 func (e *env) verify(t *testing.T) {
 	t.Helper()
 	b := e.b
-	// Outputs: group by (partition, offset, kind); copies must be identical.
-	outs := b.ReadAll(t, e.out, false)
-	type id struct {
-		p    int32
-		o    int64
-		kind string
-	}
-	got := map[id][]byte{}
-	dups := 0
-	for _, ms := range outs {
-		for _, m := range ms {
-			var src string
-			for _, h := range m.Headers {
-				if string(h.Key) == attribution.SourceHeader {
-					src = string(h.Value)
-				}
-			}
-			ps, os, _ := strings.Cut(src, "/")
-			p, _ := strconv.Atoi(ps)
-			o, _ := strconv.ParseInt(os, 10, 64)
-			var k struct{ Kind string }
-			require.NoError(t, json.Unmarshal(m.Value, &k))
-			key := id{int32(p), o, k.Kind}
-			if prev, ok := got[key]; ok {
-				dups++
-				require.True(t, bytes.Equal(prev, m.Value), "a repeated output differs:\n%s\n%s", prev, m.Value)
-				continue
-			}
-			got[key] = m.Value
-		}
-	}
-	t.Logf("outputs: %d distinct, %d re-emitted after crashes", len(got), dups)
-	want := map[id][]byte{}
-	invalid := map[string]bool{}
+	r := e.model.Check(reference.FromKafka(b.ReadAll(t, e.out, false)), reference.FromKafka(b.ReadAll(t, e.dlq, false)),
+		reference.Options{Duplicates: reference.IdenticalDuplicates})
+	require.True(t, r.OK(), r.Summary())
+	o := r.Outputs()
+	t.Logf("outputs: %d distinct, %d re-emitted after crashes; dead letters: %d, %d re-emitted",
+		o.Distinct(), o.IdenticalDuplicates, r.DeadLetters.Distinct(), r.DeadLetters.IdenticalDuplicates)
+	// The Pebble state equals the model's final state.
 	db, err := store.OpenPebble(e.dir)
 	require.NoError(t, err)
 	defer db.Close()
-	for p := range e.parts {
-		ref := reference.Run(e.parts[p], e.cfg)
-		for _, o := range ref.Installs {
-			want[id{int32(p), o.Offset, "install"}] = o.Value
-		}
-		for _, o := range ref.Purchases {
-			want[id{int32(p), o.Offset, "purchase"}] = o.Value
-		}
-		for _, x := range ref.Invalid {
-			invalid[fmt.Sprintf("%d/%d", p, x.Offset)] = true
-		}
+	for p, ref := range e.model.Results() {
 		entries, err := db.Entries(e.in, int32(p))
 		require.NoError(t, err)
 		snap, err := attribution.SnapshotOf(entries)
 		require.NoError(t, err)
 		require.Equal(t, ref.Final.String(), reference.Usable(snap, ref.StreamTime, e.cfg).String(), "partition %d final state", p)
 	}
-	require.Equal(t, len(want), len(got), "distinct outputs")
-	for k, v := range want {
-		require.True(t, bytes.Equal(v, got[k]), "output %v: want %s, got %s", k, v, got[k])
-	}
-	// Dead letters: every invalid record at least once, nothing else.
-	seen := map[string]bool{}
-	for _, ms := range b.ReadAll(t, e.dlq, false) {
-		for _, m := range ms {
-			var p, o string
-			for _, h := range m.Headers {
-				switch string(h.Key) {
-				case chain.HeaderDLQPartition:
-					p = string(h.Value)
-				case chain.HeaderDLQOffset:
-					o = string(h.Value)
-				}
-			}
-			require.True(t, invalid[p+"/"+o], "dead letter %s/%s is not an invalid record", p, o)
-			seen[p+"/"+o] = true
-		}
-	}
-	require.Equal(t, len(invalid), len(seen), "every invalid record dead-lettered")
 	// Committed offsets reach the end of every partition.
 	adm, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
 	require.NoError(t, err)
@@ -292,30 +238,24 @@ func partitionList(n int) []int32 {
 	return out
 }
 
-// produce writes a generated workload to e.in and records where each record
-// landed (e.parts), for the reference model.
+// produce writes a generated workload to the fresh topic e.in, each record
+// at its planned partition and offset, so the partitions' logs are
+// workload.Split of the records (e.parts), for the reference model.
 func (e *env) produce(t *testing.T, wc workload.Config) {
+	t.Helper()
+	wc.Topic = e.in
 	recs := workload.Generate(wc)
-	msgs := make([]*sarama.ProducerMessage, len(recs))
-	for i, r := range recs {
-		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
-	}
-	e.b.Produce(t, e.in, msgs...)
-	e.parts = make([][]chain.Record, wc.Partitions)
-	for _, m := range msgs {
-		e.parts[m.Partition] = append(e.parts[m.Partition], chain.Record{
-			Topic: e.in, Partition: m.Partition, Offset: m.Offset,
-			Key: []byte(m.Key.(sarama.ByteEncoder)), Value: []byte(m.Value.(sarama.ByteEncoder)), Timestamp: m.Timestamp,
-		})
-	}
+	_, err := workload.Write(context.Background(), workload.WriterConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config(), Topic: e.in, Exact: true}, recs)
+	require.NoError(t, err)
+	e.parts = workload.Split(recs, wc.Partitions)
 	e.total = int64(len(recs))
+	e.model = reference.Expect(e.parts, e.cfg)
 }
 
 // expectedOutputs is how many distinct outputs the reference model gives.
 func (e *env) expectedOutputs() int {
 	n := 0
-	for p := range e.parts {
-		ref := reference.Run(e.parts[p], e.cfg)
+	for _, ref := range e.model.Results() {
 		n += len(ref.Installs) + len(ref.Purchases)
 	}
 	return n

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
-	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
@@ -66,15 +64,13 @@ func countOutputs(t *testing.T, ctx context.Context, b *testbroker.Broker, topic
 		for {
 			select {
 			case m := <-msgs:
-				var src string
+				// An input record has at most one output: its source
+				// header identifies it.
 				for _, h := range m.Headers {
 					if string(h.Key) == attribution.SourceHeader {
-						src = string(h.Value)
+						seen[string(h.Value)] = true
 					}
 				}
-				var k struct{ Kind string }
-				_ = json.Unmarshal(m.Value, &k)
-				seen[src+"/"+k.Kind] = true
 				select { // keep only the latest count
 				case <-counts:
 				default:
@@ -179,22 +175,13 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 // level, sarama's client log included) and makes the test SIGQUIT a process
 // that stops making progress, for a goroutine dump.
 func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
-	const partitions = 4
-	b := testbroker.New(t)
-	e := &env{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
-		group: testbroker.Name(t, "kill"), dir: t.TempDir()}
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 40_000, partitions, 2000, 99
-	wc.MaxRecordBytes = 16 << 10
-	e.cfg = attribution.DefaultConfig()
-	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
-	e.produce(t, wc)
+	e := newEnv(t, "kill", 40_000, 2000, 99)
 	want := e.expectedOutputs()
 	bin := buildCLI(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	counts := countOutputs(t, ctx, b, e.out, partitions)
+	counts := countOutputs(t, ctx, e.b, e.out, len(e.parts))
 
 	cmd, exited, logs := e.start(t, bin)
 	waitCount(t, counts, want/3, exited, logs)

@@ -8,7 +8,9 @@
 // reads, and topic administration. Its defaults follow scripts/kafka.sh's real broker where
 // that matters to the engine: topics are not auto-created and CreateTopics without a
 // partition count creates one partition. Unlike a real broker it has no initial rebalance
-// delay and accepts group session timeouts down to 100 ms, so tests stay fast.
+// delay and accepts group session timeouts down to 100 ms, so tests stay fast. With the SASL
+// and TLS options it is a secured cluster (SASL PLAIN/SCRAM users, a TLS listener) for the
+// tests of the clients' security settings.
 //
 // A Cluster is safe for concurrent use; Close may be called more than once.
 package embedded

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -27,7 +28,11 @@ type config struct {
 	autoCreate        bool
 	minSession        time.Duration
 	topics            []seedTopic
+	sasl              []saslUser
+	tls               *tls.Config
 }
+
+type saslUser struct{ mechanism, user, password string }
 
 type seedTopic struct {
 	name       string
@@ -61,6 +66,17 @@ func Topic(name string, partitions int32) Opt {
 	return optFunc(func(c *config) { c.topics = append(c.topics, seedTopic{name, partitions}) })
 }
 
+// SASL requires SASL authentication on every connection and adds a user
+// for mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512). It may be
+// repeated; every user may do everything.
+func SASL(mechanism, user, password string) Opt {
+	return optFunc(func(c *config) { c.sasl = append(c.sasl, saslUser{mechanism, user, password}) })
+}
+
+// TLS makes every broker accept only TLS connections, with cfg (its
+// Certificates are the brokers' certificate).
+func TLS(cfg *tls.Config) Opt { return optFunc(func(c *config) { c.tls = cfg }) }
+
 // Start starts a cluster and returns once it accepts connections.
 func Start(opts ...Opt) (*Cluster, error) {
 	cfg := config{brokers: 1, defaultPartitions: 1, minSession: 100 * time.Millisecond}
@@ -91,6 +107,15 @@ func Start(opts ...Opt) (*Cluster, error) {
 	}
 	for _, t := range cfg.topics {
 		kopts = append(kopts, kfake.SeedTopics(t.partitions, t.name))
+	}
+	if len(cfg.sasl) > 0 {
+		kopts = append(kopts, kfake.EnableSASL())
+		for _, u := range cfg.sasl {
+			kopts = append(kopts, kfake.Superuser(u.mechanism, u.user, u.password))
+		}
+	}
+	if cfg.tls != nil {
+		kopts = append(kopts, kfake.TLS(cfg.tls))
 	}
 	fake, err := kfake.NewCluster(kopts...)
 	if err != nil {

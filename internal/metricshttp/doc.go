@@ -1,11 +1,17 @@
-// Package metricshttp serves a process's go-metrics registry over HTTP in the
-// Prometheus text exposition format (version 0.0.4), and a health check
-// derived from the engine's Stats.
+// Package metricshttp serves a process's go-metrics registry to Prometheus
+// through Prometheus' own client library, and a health check derived from
+// the engine's Stats.
 //
-// What it owns: nothing long-lived. Handler reads the registry on every
-// scrape (go-metrics registries are safe for concurrent use; the engine's
-// gauges are functional gauges over atomics), and Health reads the Stats
-// function it is given on every request. Both are safe for concurrent use.
+// Collector is a prometheus.Collector over the go-metrics registry; Handler
+// serves it with promhttp beside client_golang's Go runtime (go_*) and
+// process (process_*) collectors, in the format the scraper negotiates (the
+// text format 0.0.4 by default), gzipped when asked.
+//
+// What it owns: nothing long-lived. The Collector reads the registry on
+// every scrape (go-metrics registries are safe for concurrent use; the
+// engine's gauges are functional gauges over atomics), and Health reads the
+// Stats function it is given on every request. Both are safe for concurrent
+// use.
 //
 // # Names
 //
@@ -33,5 +39,6 @@
 //
 // A scrape never fails because of one metric: names that map onto an
 // already exported series (after sanitizing) are dropped, first one wins in
-// name order, so the output is always valid exposition.
+// name order, so the output is always valid exposition. The engine's and
+// sarama's families never collide with go_* and process_*.
 package metricshttp

@@ -27,6 +27,7 @@ const (
 var monotone = map[string]bool{
 	"commits": true, "commit_errors": true, "processed": true, "skipped": true,
 	"dead_lettered": true, "retries": true, "idle_releases": true, "mode_switches": true,
+	"restore_records": true, "restore_bytes": true,
 }
 
 // seriesOf maps a registry name to its exported family and labels.
@@ -107,13 +108,4 @@ func sanitize(s string) string {
 		return "_"
 	}
 	return string(b)
-}
-
-// escapeLabel escapes a label value: backslash, double quote and newline.
-func escapeLabel(v string) string {
-	if !strings.ContainsAny(v, "\\\"\n") {
-		return v
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(v)
 }

@@ -1,71 +1,157 @@
 package metricshttp
 
 import (
-	"bufio"
 	"io"
-	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 	metrics "github.com/rcrowley/go-metrics"
 )
 
-// ContentType is the Prometheus text exposition format's media type.
+// ContentType is the media type /metrics answers a plain scrape with: the
+// Prometheus text exposition format, version 0.0.4.
 const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
 var quantiles = []float64{0.5, 0.75, 0.95, 0.99}
 
-// Handler serves reg in the Prometheus text format.
+// Collector is a prometheus.Collector over a go-metrics registry: every
+// Collect reads the registry and exports each metric under the name and
+// labels the package documentation gives. It is an unchecked collector
+// (Describe sends nothing): the registry's metrics come and go with the
+// partitions a member owns. Safe for concurrent use.
+type Collector struct{ reg metrics.Registry }
+
+// NewCollector returns the Collector of reg.
+func NewCollector(reg metrics.Registry) *Collector { return &Collector{reg: reg} }
+
+// Describe implements prometheus.Collector; it sends nothing (unchecked).
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, f := range c.families() {
+		descs := map[string]*prometheus.Desc{}
+		for _, s := range f.series {
+			names := make([]string, len(s.labels))
+			values := make([]string, len(s.labels))
+			for i, l := range s.labels {
+				names[i], values[i] = l.name, l.value
+			}
+			key := strings.Join(names, "\x00")
+			d, ok := descs[key]
+			if !ok {
+				d = prometheus.NewDesc(f.name, f.help, names, nil)
+				descs[key] = d
+			}
+			var m prometheus.Metric
+			var err error
+			switch f.typ {
+			case counter:
+				m, err = prometheus.NewConstMetric(d, prometheus.CounterValue, s.value, values...)
+			case gauge:
+				m, err = prometheus.NewConstMetric(d, prometheus.GaugeValue, s.value, values...)
+			case summary:
+				m, err = prometheus.NewConstSummary(d, s.count, s.sum, s.quantiles, values...)
+			}
+			if err == nil { // label names come from sanitize: always valid
+				ch <- m
+			}
+		}
+	}
+}
+
+// NewRegistry returns a Prometheus registry serving reg (through its
+// Collector) and the Go runtime (go_*) and process (process_*) collectors.
+func NewRegistry(reg metrics.Registry) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(NewCollector(reg),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+// Handler serves NewRegistry(reg) through promhttp: the text format (or
+// whichever format the scraper negotiates), gzip when asked for. A metric
+// that cannot be gathered is left out and the rest is served.
 func Handler(reg metrics.Registry) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", ContentType)
-		_ = Write(w, reg)
-	})
+	return promhttp.HandlerFor(NewRegistry(reg), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// family is one exported metric family: a TYPE line and its samples.
+// Write writes reg's metrics alone (no Go or process collector) to w in
+// the text format, families sorted by name.
+func Write(w io.Writer, reg metrics.Registry) error {
+	r := prometheus.NewRegistry()
+	if err := r.Register(NewCollector(reg)); err != nil {
+		return err
+	}
+	fams, err := r.Gather()
+	if err != nil {
+		return err
+	}
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(w, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// family is one exported metric family.
 type family struct {
-	name, typ, help string
-	samples         []sample
-	seen            map[string]bool // sample keys, to drop collisions
+	name, help string
+	typ        kind
+	series     []seriesValue
+	seen       map[string]bool // label sets, to drop collisions
 }
 
-type sample struct {
-	name   string // family name plus a suffix (_sum, _count) or not
-	labels []label
-	value  float64
+// seriesValue is one series: a value, or a summary's count, sum and quantiles.
+type seriesValue struct {
+	labels    []label
+	value     float64
+	count     uint64
+	sum       float64
+	quantiles map[float64]float64
 }
+
+// kind is a family's Prometheus type.
+type kind int
+
+const (
+	counter kind = iota
+	gauge
+	summary
+)
 
 type exposition struct {
 	fams map[string]*family
 }
 
-// Write writes every metric of reg to w in the Prometheus text format,
-// families sorted by name, samples in registry name order.
-func Write(w io.Writer, reg metrics.Registry) error {
+// families maps the registry's metrics onto families, in registry name
+// order so the first of two colliding names wins, and returns them sorted
+// by name.
+func (c *Collector) families() []*family {
 	type entry struct {
 		name string
 		m    any
 	}
 	var all []entry
-	reg.Each(func(name string, m any) { all = append(all, entry{name, m}) })
+	c.reg.Each(func(name string, m any) { all = append(all, entry{name, m}) })
 	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 	e := &exposition{fams: map[string]*family{}}
 	for _, x := range all {
 		e.add(x.name, x.m)
 	}
-	names := make([]string, 0, len(e.fams))
-	for n := range e.fams {
-		names = append(names, n)
+	out := make([]*family, 0, len(e.fams))
+	for _, f := range e.fams {
+		out = append(out, f)
 	}
-	slices.Sort(names)
-	bw := bufio.NewWriter(w)
-	for _, n := range names {
-		writeFamily(bw, e.fams[n])
-	}
-	return bw.Flush()
+	slices.SortFunc(out, func(a, b *family) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 // add exports one registry metric; unknown kinds (healthchecks) are skipped.
@@ -75,17 +161,17 @@ func (e *exposition) add(name string, m any) {
 	switch v := m.(type) {
 	case metrics.Gauge:
 		if s.monotone {
-			e.put(s.base+"_total", "counter", help, sample{s.base + "_total", s.labels, float64(v.Value())})
+			e.put(s.base+"_total", counter, help, seriesValue{labels: s.labels, value: float64(v.Value())})
 		} else {
-			e.put(s.base, "gauge", help, sample{s.base, s.labels, float64(v.Value())})
+			e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: float64(v.Value())})
 		}
 	case metrics.GaugeFloat64:
-		e.put(s.base, "gauge", help, sample{s.base, s.labels, v.Value()})
+		e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: v.Value()})
 	case metrics.Counter:
-		e.put(s.base, "gauge", help, sample{s.base, s.labels, float64(v.Count())})
+		e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: float64(v.Count())})
 	case metrics.Meter:
 		snap := v.Snapshot()
-		e.put(s.base+"_total", "counter", help, sample{s.base + "_total", s.labels, float64(snap.Count())})
+		e.put(s.base+"_total", counter, help, seriesValue{labels: s.labels, value: float64(snap.Count())})
 		e.rates(s, help, snap.Rate1(), snap.Rate5(), snap.Rate15(), snap.RateMean())
 	case metrics.Histogram:
 		snap := v.Snapshot()
@@ -93,7 +179,7 @@ func (e *exposition) add(name string, m any) {
 	case metrics.Timer:
 		snap := v.Snapshot()
 		e.summary(s.base+"_seconds", help, s.labels, snap.Percentiles(quantiles), float64(snap.Sum()), snap.Count(), 1e-9)
-		e.put(s.base+"_rate1", "gauge", help+" (per second, 1-minute average)", sample{s.base + "_rate1", s.labels, snap.Rate1()})
+		e.put(s.base+"_rate1", gauge, help+" (per second, 1-minute average)", seriesValue{labels: s.labels, value: snap.Rate1()})
 	}
 }
 
@@ -102,97 +188,37 @@ func (e *exposition) rates(s series, help string, r1, r5, r15, mean float64) {
 		suffix string
 		v      float64
 	}{{"_rate1", r1}, {"_rate5", r5}, {"_rate15", r15}, {"_rate_mean", mean}} {
-		n := s.base + r.suffix
-		e.put(n, "gauge", help+" (per second)", sample{n, s.labels, r.v})
+		e.put(s.base+r.suffix, gauge, help+" (per second)", seriesValue{labels: s.labels, value: r.v})
 	}
 }
 
 func (e *exposition) summary(name, help string, labels []label, qs []float64, sum float64, count int64, scale float64) {
-	f := e.family(name, "summary", help)
-	if f == nil || !f.claim(labels) {
-		return
+	q := make(map[float64]float64, len(quantiles))
+	for i, p := range quantiles {
+		q[p] = qs[i] * scale
 	}
-	for i, q := range quantiles {
-		ls := append(slices.Clone(labels), label{"quantile", strconv.FormatFloat(q, 'g', -1, 64)})
-		f.samples = append(f.samples, sample{name, ls, qs[i] * scale})
-	}
-	f.samples = append(f.samples, sample{name + "_sum", labels, sum * scale}, sample{name + "_count", labels, float64(count)})
+	e.put(name, summary, help, seriesValue{labels: labels, count: uint64(max(count, 0)), sum: sum * scale, quantiles: q})
 }
 
-// put adds a one-sample series to the family name of type typ.
-func (e *exposition) put(name, typ, help string, s sample) {
-	f := e.family(name, typ, help)
-	if f == nil || !f.claim(s.labels) {
-		return
-	}
-	f.samples = append(f.samples, s)
-}
-
-// family returns the family, creating it; nil when the name is already taken
-// by a family of another type.
-func (e *exposition) family(name, typ, help string) *family {
+// put adds a series to the family name of type typ, unless the name is
+// taken by a family of another type or the family has the label set.
+func (e *exposition) put(name string, typ kind, help string, s seriesValue) {
 	f, ok := e.fams[name]
 	if !ok {
 		f = &family{name: name, typ: typ, help: help, seen: map[string]bool{}}
 		e.fams[name] = f
 	}
 	if f.typ != typ {
-		return nil
+		return
 	}
-	return f
-}
-
-// claim reports whether the series with these labels is new in the family.
-func (f *family) claim(labels []label) bool {
 	var b strings.Builder
-	for _, l := range labels {
-		b.WriteString(l.name)
-		b.WriteByte(0)
-		b.WriteString(l.value)
-		b.WriteByte(0)
+	for _, l := range s.labels {
+		b.WriteString(l.name + "\x00" + l.value + "\x00")
 	}
-	k := b.String()
-	if f.seen[k] {
-		return false
+	if k := b.String(); !f.seen[k] {
+		f.seen[k] = true
+		f.series = append(f.series, s)
 	}
-	f.seen[k] = true
-	return true
-}
-
-func writeFamily(w *bufio.Writer, f *family) {
-	w.WriteString("# HELP " + f.name + " " + strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(f.help) + "\n")
-	w.WriteString("# TYPE " + f.name + " " + f.typ + "\n")
-	for _, s := range f.samples {
-		w.WriteString(s.name)
-		if len(s.labels) > 0 {
-			w.WriteByte('{')
-			for i, l := range s.labels {
-				if i > 0 {
-					w.WriteByte(',')
-				}
-				w.WriteString(l.name + `="` + escapeLabel(l.value) + `"`)
-			}
-			w.WriteByte('}')
-		}
-		w.WriteByte(' ')
-		w.WriteString(formatValue(s.value))
-		w.WriteByte('\n')
-	}
-}
-
-func formatValue(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "NaN"
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	}
-	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-		return strconv.FormatFloat(v, 'f', 0, 64) // integers (offsets, Unix ms) without an exponent
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // helpOf is the HELP text of the family whose base name is base.

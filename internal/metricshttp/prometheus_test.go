@@ -2,13 +2,13 @@ package metricshttp
 
 import (
 	"bytes"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	metrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/require"
@@ -40,18 +40,8 @@ func TestSeriesOf(t *testing.T) {
 	}
 }
 
-func TestFormatValue(t *testing.T) {
-	require.Equal(t, "1795985886089", formatValue(1795985886089))
-	require.Equal(t, "-1", formatValue(-1))
-	require.Equal(t, "0.25", formatValue(0.25))
-	require.Equal(t, "1e+20", formatValue(1e20))
-	require.Equal(t, "NaN", formatValue(math.NaN()))
-	require.Equal(t, "+Inf", formatValue(math.Inf(1)))
-}
-
-func TestSanitizeAndEscape(t *testing.T) {
+func TestSanitize(t *testing.T) {
 	require.Equal(t, "_a_b:c_9", sanitize("9a-b:c.9"))
-	require.Equal(t, `a\\b\"c\nd`, escapeLabel("a\\b\"c\nd"))
 }
 
 // TestWriteIsValidExposition exports every go-metrics kind and parses the
@@ -89,33 +79,83 @@ func TestWriteIsValidExposition(t *testing.T) {
 	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(out))
 	require.NoError(t, err, out)
 
-	require.Contains(t, out, `differential_stage_position{topic="events",partition="0",stage="click"} 41`+"\n")
-	require.Contains(t, out, `differential_stage_position{topic="events",partition="1",stage="click"} 7`+"\n")
-	require.Contains(t, out, "# TYPE differential_stage_processed_total counter\n")
-	require.Contains(t, out, `differential_partition_commits_total{topic="events",partition="0"} 3`+"\n")
-	require.Contains(t, out, `sarama_requests_in_flight{broker="1"} 2`+"\n")
-	require.Contains(t, out, "sarama_incoming_byte_rate_total 5\n")
-	require.Contains(t, out, `sarama_incoming_byte_rate_total{broker="1"} 0`+"\n")
-	require.Contains(t, out, "sarama_request_latency_in_ms_count 2\n")
-	require.Contains(t, out, "sarama_request_latency_in_ms_sum 40\n")
-	require.Contains(t, out, "differential_demo_step_seconds_sum 2\n")
-	require.Equal(t, 1, strings.Count(out, "\nsarama_compression_ratio "), out)
+	pos0 := map[string]string{"topic": "events", "partition": "0", "stage": "click"}
+	require.Equal(t, 41.0, sampleValue(t, fams, "differential_stage_position", pos0))
+	require.Equal(t, 7.0, sampleValue(t, fams, "differential_stage_position", map[string]string{"topic": "events", "partition": "1", "stage": "click"}))
+	require.Equal(t, "COUNTER", fams["differential_stage_processed_total"].GetType().String())
+	require.Equal(t, 40.0, sampleValue(t, fams, "differential_stage_processed_total", pos0))
+	require.Equal(t, 3.0, sampleValue(t, fams, "differential_partition_commits_total", map[string]string{"topic": "events", "partition": "0"}))
+	require.Equal(t, "GAUGE", fams["sarama_requests_in_flight"].GetType().String())
+	require.Equal(t, 2.0, sampleValue(t, fams, "sarama_requests_in_flight", map[string]string{"broker": "1"}))
+	require.Equal(t, 5.0, sampleValue(t, fams, "sarama_incoming_byte_rate_total", nil))
+	require.Equal(t, 0.0, sampleValue(t, fams, "sarama_incoming_byte_rate_total", map[string]string{"broker": "1"}))
+	require.Contains(t, fams, "sarama_incoming_byte_rate_rate1")
+	lat := fams["sarama_request_latency_in_ms"]
+	require.Equal(t, "SUMMARY", lat.GetType().String())
+	require.Equal(t, uint64(2), lat.Metric[0].GetSummary().GetSampleCount())
+	require.Equal(t, 40.0, lat.Metric[0].GetSummary().GetSampleSum())
+	require.Len(t, lat.Metric[0].GetSummary().GetQuantile(), 4)
+	require.Equal(t, 2.0, fams["differential_demo_step_seconds"].Metric[0].GetSummary().GetSampleSum(), "timers in seconds")
+	require.Len(t, fams["sarama_compression_ratio"].Metric, 1, "the colliding name is dropped")
+	require.Equal(t, 0.5, sampleValue(t, fams, "sarama_compression_ratio", nil), "the first name in order wins")
 	require.Len(t, fams["differential_stage_position"].Metric, 2)
-	require.Equal(t, "SUMMARY", fams["sarama_request_latency_in_ms"].GetType().String())
 
 	// Functional gauges are read at every scrape.
 	pos = 42
 	buf.Reset()
 	require.NoError(t, Write(&buf, reg))
-	require.Contains(t, buf.String(), `differential_stage_position{topic="events",partition="0",stage="click"} 42`+"\n")
+	fams, err = new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(buf.String()))
+	require.NoError(t, err)
+	require.Equal(t, 42.0, sampleValue(t, fams, "differential_stage_position", pos0))
 }
 
-func TestHandlerServesTextFormat(t *testing.T) {
+// sampleValue returns the value of the counter or gauge series of family
+// name whose labels are exactly labels.
+func sampleValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	require.True(t, ok, "family %s", name)
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(labels) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			match = match && got[k] == v
+		}
+		if !match {
+			continue
+		}
+		if m.Counter != nil {
+			return m.Counter.GetValue()
+		}
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// TestHandlerServesRegistryGoAndProcess: /metrics, through promhttp, serves
+// the go-metrics registry beside the Go runtime's (go_*) and the process's
+// (process_*) series, in the text format a Prometheus scrape asks for.
+func TestHandlerServesRegistryGoAndProcess(t *testing.T) {
 	reg := metrics.NewRegistry()
 	require.NoError(t, reg.Register("differential.partition.events.0.committed", metrics.NewFunctionalGauge(func() int64 { return 9 })))
 	rec := httptest.NewRecorder()
-	Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1") // what Prometheus sends without OpenMetrics
+	Handler(reg).ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Equal(t, ContentType, rec.Header().Get("Content-Type"))
-	require.Contains(t, rec.Body.String(), `differential_partition_committed{topic="events",partition="0"} 9`)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(rec.Body)
+	require.NoError(t, err)
+	require.Equal(t, 9.0, sampleValue(t, fams, "differential_partition_committed", map[string]string{"topic": "events", "partition": "0"}))
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds", "go_info",
+		"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"} {
+		require.Contains(t, fams, name)
+	}
 }

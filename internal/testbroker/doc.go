@@ -7,6 +7,11 @@
 // (package internal/embedded) that the test's Cleanup closes. Tests are written once and
 // run against both; CI runs them against each.
 //
+// It is a thin layer over internal/cluster, which does the work without a testing.TB (the
+// benchmark uses it directly; Broker.Cluster hands it to code that runs off the test's
+// goroutine): this package adds the environment variable, the test clients' short waits
+// (Config), names made from the test's name, and helpers that fail the test.
+//
 // What it owns: the embedded cluster of a test (if any) and the topics made by Topic, which
 // are deleted at cleanup on a real broker. Every topic name is unique per test and per run,
 // so tests may run in parallel and repeatedly against one long-lived broker.

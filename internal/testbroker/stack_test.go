@@ -18,8 +18,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/differential-dev/differential/internal/kafkaerr"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/kafka"
 )
 
 const waitTimeout = 30 * time.Second
@@ -206,7 +206,7 @@ func TestSecondTransactionalProducerFencesFirst(t *testing.T) {
 	}
 	require.Error(t, err)
 	t.Logf("fenced producer got: %v", err)
-	require.True(t, kafkaerr.IsFenced(err), "want a fenced error, got %v (%T)", err, err)
+	require.True(t, kafka.IsFenced(err), "want a fenced error, got %v (%T)", err, err)
 	require.Error(t, zombie.CommitTxn(), "a fenced producer can never commit")
 
 	require.NoError(t, owner.BeginTxn())

@@ -1,7 +1,11 @@
 // Package attribution is the click → install → purchase attribution chain
 // of DESIGN §5: a Decoder that validates the JSON events, and three stages
 // (Chain) whose processors match installs to clicks and purchases to
-// installs within one partition.
+// installs within one partition; and, with Config.Velocity, a fourth stage
+// between click and install that alerts on click spam (VelocityProcessor).
+// NewChain (NewChainWith for key concurrency, wrapped stages and the alerts
+// topic) builds the *chain.Chain wired the way the rules need: the follower
+// gate's lateness is Config.Lateness.
 //
 // # Rules (DESIGN §5, record for record)
 //
@@ -21,11 +25,19 @@
 //     ("latest" is read as latest in the log, i.e. largest offset, and the
 //     retention condition filters before choosing). Output with that
 //     install's id and campaign, or empty ones.
+//   - Velocity (optional, Config.Velocity, stage StageVelocity): a
+//     non-duplicate click c is counted unless S(o) − t > Velocity.Lateness;
+//     count(c) = the user's counted clicks at offsets ≤ o whose time, in
+//     Velocity.Bucket steps, is in the Window up to t's (processors/window);
+//     c raises an alert when count(c) > Threshold and no earlier click of the
+//     user raised one with A(c) − A(that click) < Window. Output: an alert
+//     (AppendAlert) to the alerts topic.
 //
 // Output records: key = user_id, value = AppendInstall / AppendPurchase
 // (DESIGN §5's field order; times in TimeFormat, RFC 3339 UTC with nine
 // fractional digits; revenue copied verbatim from the input), one header
-// SourceHeader = "<partition>/<offset>" of the input record.
+// SourceHeader = "<partition>/<offset>" of the input record, written by
+// SourceValue and read by ParseSource (the only parser of it).
 //
 // # State layout
 //
@@ -44,12 +56,25 @@
 //	d/<type>/<event_id>       latest time of the non-duplicate records with that id
 //	                          expiry = that time + DedupHorizon
 //
-// Values start with a version byte (clicks and installs 2, seen values 1,
-// unchanged since layout 1) and use varints; times are Unix nanoseconds
-// (the Decoder only accepts times strictly between MinTime and MaxTime).
-// Layout 1 (one click list per user and time bucket, one install list per
-// user) is not migrated: the store's format version changed with it, and
-// store.OpenPebble refuses a database of the old format (store doc.go).
+// and, with the velocity stage:
+//
+//	v/d/<event_id>            as d/click/<event_id>, for the velocity stage's own dedup
+//	v/a/<user_id>             the user's last alert: arrival watermark, offset
+//	                          expiry = that arrival + Window − 1ns
+//	w/velocity/<user_id>      the user's click counts (processors/window):
+//	                          at most (Window+Lateness)/Bucket + 1 buckets
+//	                          expiry = newest bucket + Window + Lateness − 1ns
+//
+// Values start with a version byte (clicks and installs 2, seen values and
+// the velocity stage's values 1, unchanged since layout 1) and use varints;
+// times are Unix nanoseconds (the Decoder only accepts times strictly
+// between MinTime and MaxTime). Layout 1 (one click list per user and time
+// bucket, one install list per user) is not migrated: the store's format
+// version changed with it, and store.OpenPebble refuses a database of the
+// old format (store doc.go); a changelog written with layout 1 is not
+// migrated either (its click and install values have version 1, which
+// layout 2 refuses as corrupt): delete the changelog topic and the state
+// directory and let the job rebuild its state from the input.
 //
 // What each record costs, whatever its user's history:
 //
@@ -68,12 +93,19 @@
 //     passes only installs that are unusable while one earlier in the log
 //     is still usable (a later install with an older time, at the edge of
 //     the retention).
+//   - velocity: the user's bucketed counts (bounded by the window, not by
+//     the history) and its last alert.
 //   - every record: one read and one write of its d/ key (Sequence).
 //
+// A checkpoint's changelog records are the keys it wrote, so with one key
+// per click and per install a record adds one changelog record whatever
+// its user's history (layout 1 rewrote the user's whole list).
+//
 // Each key has a single writer: c/ the click stage, i/ the install stage,
-// d/<type>/ the Sequence of that type's stage, so key-parallel processing
-// (per Kafka key = user_id, which the Decoder enforces) never races on a
-// read-modify-write. The purchase stage only reads.
+// d/<type>/ the Sequence of that type's stage, v/ and w/velocity/ the
+// velocity stage, so key-parallel processing (per Kafka key = user_id,
+// which the Decoder enforces) never races on a read-modify-write. The
+// purchase stage only reads.
 //
 // # Eviction and what it guarantees
 //

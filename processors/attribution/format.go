@@ -1,6 +1,8 @@
 package attribution
 
 import (
+	"bytes"
+	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -110,6 +112,29 @@ func SourceValue(p int32, o int64) []byte {
 	b = strconv.AppendInt(b, int64(p), 10)
 	b = append(b, '/')
 	return strconv.AppendInt(b, o, 10)
+}
+
+// ParseSource parses a SourceHeader value written by SourceValue: the
+// partition and offset of the input record an output came from. Anything
+// else — no '/', a sign, a non-decimal or out-of-range number, a negative
+// partition or offset — is an error quoting the value.
+func ParseSource(v []byte) (partition int32, offset int64, err error) {
+	ps, os, ok := bytes.Cut(v, []byte{'/'})
+	p, err1 := parseNonNegative(ps, 31)
+	o, err2 := parseNonNegative(os, 63)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("attribution: %s header %q is not <partition>/<offset>", SourceHeader, v)
+	}
+	return int32(p), o, nil
+}
+
+// parseNonNegative parses a decimal number of digits only that fits in
+// bits bits.
+func parseNonNegative(b []byte, bits int) (int64, error) {
+	if len(b) == 0 || b[0] < '0' || b[0] > '9' {
+		return 0, strconv.ErrSyntax
+	}
+	return strconv.ParseInt(string(b), 10, bits+1)
 }
 
 const hexDigits = "0123456789abcdef"

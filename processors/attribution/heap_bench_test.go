@@ -29,7 +29,7 @@ func BenchmarkAttributionHeapFlat(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tt := chaintest.New(b, attribution.Chain(cfg), attribution.Decoder(cfg),
+		tt := chaintest.NewWith(b, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChain(cfg, o...) },
 			chain.WithStore(db), chain.WithIdleTimeout(10*time.Millisecond))
 		tt.DiscardOutputs()
 		parts := make([]int32, partitions)

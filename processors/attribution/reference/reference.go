@@ -6,7 +6,8 @@
 // with its own code (encoding/json into a map), computes stream times,
 // duplicates and matches with direct loops over the whole log, and never
 // evicts. It uses attribution only for the Config, the output formatting
-// (AppendInstall, AppendPurchase) and the Snapshot types.
+// (AppendInstall, AppendPurchase), the source header (ParseSource) and the
+// Snapshot types.
 //
 // # Final logical state
 //
@@ -23,6 +24,28 @@
 // record has S ≥ S_end), so an implementation that evicts may hold a
 // superset; Usable applies the same filter to any Snapshot, e.g. the
 // engine's store decoded with attribution.SnapshotOf.
+//
+// # Checking what an engine wrote
+//
+// Check (or Expect, then Expectation.Check for several runs over one
+// input) is the one comparison of an engine's output and dead-letter topics
+// with the model, for the CLI demo, the benchmark and every test that runs
+// the attribution chain. It attributes each written record to its input
+// record (attribution.ParseSource on the SourceHeader; chain's
+// HeaderDLQPartition and HeaderDLQOffset on a dead letter) and returns a
+// Report: per kind (installs, purchases, dead letters) matched, mismatched,
+// missing and unexpected input records, repeated copies split into
+// byte-identical and conflicting ones, unattributable records and order
+// violations, with the first problems described and a Summary. Options
+// say what a run may write: Duplicates (NoDuplicates for exactly-once or a
+// run without crashes; IdenticalDuplicates for at-least-once after crashes
+// or partition moves) and Order (KeyOrder for key-parallel stages,
+// StageOrder for strict partition order). Records read back through sarama
+// convert with FromKafka, a chaintest's outputs with FromMessages. Nothing
+// here needs a testing.TB; a Report's Err turns it into an error.
+//
+// Expect, Check and Run are pure functions of their arguments and safe for
+// concurrent use; an Expectation is read-only once built.
 package reference
 
 import (
@@ -33,6 +56,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/differential-dev/differential/chain"
@@ -58,6 +82,9 @@ type Result struct {
 	// Installs and Purchases are the stages' outputs in offset order.
 	Installs  []Output
 	Purchases []Output
+	// Alerts are the velocity stage's alerts in offset order (none unless
+	// Config.Velocity is enabled).
+	Alerts []Output
 	// Invalid are the records that fail validation, in offset order.
 	Invalid []Invalid
 	// Duplicates are the offsets of valid records that are duplicates.
@@ -308,6 +335,10 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 		}
 	}
 
+	if cfg.Velocity.Enabled() {
+		res.Alerts = velocity(rs, partition, cfg.Velocity)
+	}
+
 	// Final state: everything non-duplicate, then filtered by usability.
 	var all attribution.Snapshot
 	for _, x := range rs {
@@ -355,4 +386,64 @@ func Usable(s attribution.Snapshot, at time.Time, cfg attribution.Config) attrib
 	}
 	u.Sort()
 	return u
+}
+
+// velocity applies the velocity rule (attribution.VelocityProcessor's doc)
+// to the non-duplicate valid clicks, with a scan of the user's counted
+// clicks per click: q(x) = ⌊x/Bucket⌋ in Unix nanoseconds; a click is late
+// when S − t > Lateness; count = the user's counted clicks so far
+// (itself included) with q(t) − Window/Bucket < q(time) ≤ q(t); an alert
+// when count > Threshold and the user's last alert's arrival watermark is
+// more than Window − 1ns before this click's max(S, t).
+func velocity(rs []*rec, partition int32, v attribution.VelocityConfig) []Output {
+	b := int64(v.Bucket)
+	n := int64(v.Window) / b
+	counted := map[string][]int64{} // per user: q of each counted click
+	lastAlert := map[string]time.Time{}
+	var out []Output
+	for _, x := range rs {
+		if !x.valid || x.dup || x.ev.Type != attribution.TypeClick {
+			continue
+		}
+		t := x.ev.Time
+		if !x.s.IsZero() && x.s.Sub(t) > v.Lateness {
+			continue
+		}
+		u, q := x.ev.UserID, t.UnixNano()/b
+		counted[u] = append(counted[u], q)
+		var count int64
+		for _, c := range counted[u] {
+			if c > q-n && c <= q {
+				count++
+			}
+		}
+		if count <= v.Threshold {
+			continue
+		}
+		arrival := t
+		if x.s.After(t) {
+			arrival = x.s
+		}
+		if last, ok := lastAlert[u]; ok && arrival.Sub(last) < v.Window {
+			continue
+		}
+		lastAlert[u] = arrival
+		out = append(out, Output{Partition: partition, Offset: x.off, Key: []byte(u),
+			Value: attribution.AppendAlert(nil, attribution.AlertOutput{UserID: u, Window: windowString(v.Window),
+				Count: count, Time: t, EventID: x.ev.EventID})})
+	}
+	return out
+}
+
+// windowString is Duration.String without zero trailing units ("1h", not
+// "1h0m0s").
+func windowString(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }

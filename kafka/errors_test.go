@@ -1,4 +1,4 @@
-package kafkaerr
+package kafka
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
 )
 
 func TestIsFenced(t *testing.T) {
@@ -45,4 +46,38 @@ func TestIsFenced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestErrorTable: the one table answers the session, commit and producer
+// questions as the two lists it replaced did.
+func TestErrorTable(t *testing.T) {
+	for _, c := range []struct {
+		err                  error
+		transient, retriable bool
+	}{
+		{sarama.ErrNotCoordinatorForConsumer, true, true},
+		{sarama.ErrOffsetsLoadInProgress, true, true},
+		{sarama.ErrUnstableOffsetCommit, true, true},
+		{fmt.Errorf("commit: %w", sarama.ErrRequestTimedOut), true, true},
+		{sarama.ErrRebalanceInProgress, true, false},
+		{sarama.ErrIllegalGeneration, true, false},
+		{sarama.ErrUnknownMemberId, true, false},
+		{sarama.ErrNotLeaderForPartition, true, false},
+		{sarama.ErrNotEnoughReplicas, true, false},
+		{sarama.ErrFencedInstancedId, false, false},
+		{sarama.ErrTopicAuthorizationFailed, false, false},
+		{sarama.ErrProducerFenced, false, false},
+		{sarama.ConfigurationError("bad"), false, true},
+		{sarama.ErrOutOfBrokers, true, true},
+		{sarama.ErrClosedClient, true, false},
+		{errors.New("connection reset"), true, true},
+	} {
+		require.Equal(t, c.transient, transient(c.err), "transient(%v)", c.err)
+		require.Equal(t, c.retriable, retriable(c.err), "retriable(%v)", c.err)
+	}
+	require.True(t, tooLarge(sarama.ErrMessageSizeTooLarge))
+	require.True(t, tooLarge(fmt.Errorf("x: %w", sarama.ErrMessageSetSizeTooLarge)))
+	require.True(t, tooLarge(sarama.ConfigurationError("Attempt to produce message larger than configured Producer.MaxMessageBytes: 2 > 1")))
+	require.False(t, tooLarge(sarama.ConfigurationError("other")))
+	require.False(t, tooLarge(sarama.ErrNotLeaderForPartition))
 }

@@ -1,12 +1,12 @@
-package bench
+package microbatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +18,68 @@ import (
 	"github.com/differential-dev/differential/kafka"
 )
 
-// microBatch is the baseline of DESIGN §6, the design the chain replaces:
+// Config configures a Baseline. Brokers, Topic, Group, Stages, Decoder and
+// Producer are required.
+type Config struct {
+	Brokers []string
+	// Sarama is the base client configuration (copied; the baseline sets its
+	// client id and turns auto-commit off).
+	Sarama *sarama.Config
+	Topic  string
+	Group  string
+	// Stages, Decoder, Store and Producer are the chain's own pieces: the
+	// same processors (Sequence called in offset order before Process), the
+	// same state store and producer. Store may be nil (no state).
+	Stages   []chain.Stage
+	Decoder  chain.Decoder
+	Store    chain.Store
+	Producer chain.Producer
+	// OutputTopic receives outputs that name no topic; DLQTopic dead
+	// letters (built as the chain builds them: chain.DeadLetter).
+	OutputTopic, DLQTopic string
+	// MaxDeadLetterBytes bounds a dead letter (default
+	// chain.DefaultMaxDeadLetterBytes).
+	MaxDeadLetterBytes int
+	// Lateness and IdleTimeout are the chain's gate settings, applied at
+	// batch boundaries (see Baseline).
+	Lateness, IdleTimeout time.Duration
+	// BatchSize and BatchLinger bound one poll; Workers is the pool size.
+	BatchSize   int
+	BatchLinger time.Duration
+	Workers     int
+	// KeyOrder keeps per-key instead of per-partition order.
+	KeyOrder bool
+	// Retry is the retry policy of failing records (the chain's).
+	Retry  chain.RetryPolicy
+	Logger *slog.Logger
+	// Progress, when set, is told each partition's committed offset after
+	// every batch.
+	Progress func(partition int32, next int64)
+	// Ready, when set, is called at every session start with the number of
+	// claimed partitions.
+	Ready func(claimed int)
+}
+
+// New returns the baseline for cfg; Run runs it.
+func New(cfg Config) *Baseline {
+	if cfg.MaxDeadLetterBytes <= 0 {
+		cfg.MaxDeadLetterBytes = chain.DefaultMaxDeadLetterBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Baseline{cfg: cfg, stages: cfg.Stages, lateness: cfg.Lateness, idle: cfg.IdleTimeout}
+}
+
+// Batches is how many batches the baseline processed.
+func (m *Baseline) Batches() int64 { return m.batches.Load() }
+
+// IdleReleases is how many times a partition's held records were released
+// because it received nothing for IdleTimeout.
+func (m *Baseline) IdleReleases() int64 { return m.release.Load() }
+
+// Baseline is the micro-batch design of DESIGN §6, the design the chain
+// replaces:
 //
 //	loop:
 //	  poll up to BatchSize records (or until BatchLinger after the first)
@@ -32,8 +93,10 @@ import (
 //	  commit the offsets.
 //
 // It uses the chain's own pieces: the stages' processors (with Sequence
-// called in offset order before Process), the decoder, the store, the
-// producer, the dead-letter format and retry policy.
+// called in offset order before Process, each call with a chain.NewContext),
+// the decoder, the store, the producer, the dead letters
+// (chain.DeadLetter, chain.ProduceDeadLetter), the retry policy
+// (chain.RetryPolicy) and the eviction rule (chain.EvictBefore).
 //
 // One addition keeps its outputs those of DESIGN §5 (the reference model):
 // the chain's follower gate. An install at (o, t) may use a click at an
@@ -47,31 +110,15 @@ import (
 // after the partition's latest event time), or released when the partition
 // received nothing for IdleTimeout — exactly the chain's gate and idle
 // release.
-type microBatch struct {
-	addrs    []string
-	sarama   *sarama.Config
-	topic    string
-	group    string
+type Baseline struct {
+	cfg      Config
 	stages   []chain.Stage
 	names    []string
 	seqs     []chain.Sequencer
-	dec      chain.Decoder
-	store    chain.Store // nil: no state (never for attribution)
-	prod     chain.Producer
-	out, dlq string
 	lateness time.Duration
 	idle     time.Duration
-	size     int
-	linger   time.Duration
-	workers  int
-	keyOrder bool
-	prog     *progress
-	log      *slog.Logger
-	ready    func(claimed int)
 
-	maxRetries          int
-	backoff, maxBackoff time.Duration
-	parts               map[int32]*mbPartition // owned by the batch loop (and Setup, between loops)
+	parts map[int32]*mbPartition // owned by the batch loop (and Setup, between loops)
 	// queues hold each claimed partition's records until a poll takes them
 	// (bounded: BatchSize each); notify wakes a waiting poll.
 	queues           map[int32]chan *sarama.ConsumerMessage
@@ -95,7 +142,9 @@ type mbPartition struct {
 	lastArrival time.Time
 }
 
-func (m *microBatch) run(ctx context.Context) error {
+// Run consumes the topic as a member of the group until ctx ends (nil) or a
+// batch fails (its error).
+func (m *Baseline) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	m.stop = cancel
@@ -114,17 +163,17 @@ func (m *microBatch) run(ctx context.Context) error {
 			}
 		}
 	}()
-	cfg := *m.sarama
+	cfg := *m.cfg.Sarama
 	cfg.ClientID = "differential-bench-microbatch"
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
-	group, err := sarama.NewConsumerGroup(m.addrs, m.group, &cfg)
+	group, err := sarama.NewConsumerGroup(m.cfg.Brokers, m.cfg.Group, &cfg)
 	if err != nil {
 		return fmt.Errorf("microbatch: consumer group: %w", err)
 	}
 	var logged sync.WaitGroup
 	logged.Go(func() {
 		for err := range group.Errors() {
-			m.log.Warn("micro-batch consumer group error", "err", err)
+			m.cfg.Logger.Warn("micro-batch consumer group error", "err", err)
 		}
 	})
 	defer func() {
@@ -132,11 +181,11 @@ func (m *microBatch) run(ctx context.Context) error {
 		logged.Wait()
 	}()
 	for ctx.Err() == nil {
-		if err := group.Consume(ctx, []string{m.topic}, m); err != nil && ctx.Err() == nil {
+		if err := group.Consume(ctx, []string{m.cfg.Topic}, m); err != nil && ctx.Err() == nil {
 			if errors.Is(err, sarama.ErrClosedConsumerGroup) {
 				break
 			}
-			m.log.Warn("micro-batch session failed; joining again", "err", err)
+			m.cfg.Logger.Warn("micro-batch session failed; joining again", "err", err)
 		}
 	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -146,14 +195,14 @@ func (m *microBatch) run(ctx context.Context) error {
 }
 
 // Setup opens the claimed partitions' state and starts the batch loop.
-func (m *microBatch) Setup(sess sarama.ConsumerGroupSession) error {
-	claims := sess.Claims()[m.topic]
+func (m *Baseline) Setup(sess sarama.ConsumerGroupSession) error {
+	claims := sess.Claims()[m.cfg.Topic]
 	for _, p := range claims {
 		mp, ok := m.parts[p]
 		if !ok {
 			mp = &mbPartition{id: p, next: -1}
-			if m.store != nil {
-				ps, err := m.store.OpenPartition(m.topic, p, m.names)
+			if m.cfg.Store != nil {
+				ps, err := m.cfg.Store.OpenPartition(m.cfg.Topic, p, m.names)
 				if err != nil {
 					return fmt.Errorf("microbatch: open state of %d: %w", p, err)
 				}
@@ -169,7 +218,7 @@ func (m *microBatch) Setup(sess sarama.ConsumerGroupSession) error {
 	m.order = append([]int32(nil), claims...)
 	slices.Sort(m.order)
 	for _, p := range claims {
-		m.queues[p] = make(chan *sarama.ConsumerMessage, m.size)
+		m.queues[p] = make(chan *sarama.ConsumerMessage, m.cfg.BatchSize)
 	}
 	m.notify = make(chan struct{}, 1)
 	m.loopErr = make(chan error, 1)
@@ -180,20 +229,20 @@ func (m *microBatch) Setup(sess sarama.ConsumerGroupSession) error {
 		}
 		m.loopErr <- err
 	}()
-	if m.ready != nil {
-		m.ready(len(claims))
+	if m.cfg.Ready != nil {
+		m.cfg.Ready(len(claims))
 	}
 	return nil
 }
 
 // Cleanup waits for the batch loop (it finishes the batch in hand).
-func (m *microBatch) Cleanup(sarama.ConsumerGroupSession) error {
+func (m *Baseline) Cleanup(sarama.ConsumerGroupSession) error {
 	<-m.loopErr
 	return nil
 }
 
 // ConsumeClaim forwards the partition's records to its queue.
-func (m *microBatch) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+func (m *Baseline) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	m.claimsMu.Lock()
 	m.claims[claim.Partition()] = claim
 	m.claimsMu.Unlock()
@@ -219,7 +268,7 @@ func (m *microBatch) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	}
 }
 
-func (m *microBatch) loop(sess sarama.ConsumerGroupSession) error {
+func (m *Baseline) loop(sess sarama.ConsumerGroupSession) error {
 	ctx := sess.Context()
 	for {
 		msgs := m.poll(ctx)
@@ -240,7 +289,7 @@ func (m *microBatch) loop(sess sarama.ConsumerGroupSession) error {
 // partition's fetched records before the next one's, so a batch can hold a
 // single partition; that would make the baseline nearly serial and the
 // comparison unfair to it.)
-func (m *microBatch) poll(ctx context.Context) []*sarama.ConsumerMessage {
+func (m *Baseline) poll(ctx context.Context) []*sarama.ConsumerMessage {
 	var wake <-chan time.Time
 	if d, ok := m.nextRelease(); ok {
 		// At least a few ms: a partition past its deadline that is not
@@ -249,7 +298,7 @@ func (m *microBatch) poll(ctx context.Context) []*sarama.ConsumerMessage {
 		defer t.Stop()
 		wake = t.C
 	}
-	msgs := make([]*sarama.ConsumerMessage, 0, m.size)
+	msgs := make([]*sarama.ConsumerMessage, 0, m.cfg.BatchSize)
 	for {
 		if msgs = m.take(msgs); len(msgs) > 0 {
 			break
@@ -262,9 +311,9 @@ func (m *microBatch) poll(ctx context.Context) []*sarama.ConsumerMessage {
 			return nil
 		}
 	}
-	linger := time.NewTimer(m.linger)
+	linger := time.NewTimer(m.cfg.BatchLinger)
 	defer linger.Stop()
-	for len(msgs) < m.size {
+	for len(msgs) < m.cfg.BatchSize {
 		n := len(msgs)
 		if msgs = m.take(msgs); len(msgs) > n {
 			continue
@@ -282,11 +331,11 @@ func (m *microBatch) poll(ctx context.Context) []*sarama.ConsumerMessage {
 
 // take appends waiting records round-robin across partitions, one at a
 // time, until the batch is full or no partition has one.
-func (m *microBatch) take(msgs []*sarama.ConsumerMessage) []*sarama.ConsumerMessage {
-	for len(msgs) < m.size {
+func (m *Baseline) take(msgs []*sarama.ConsumerMessage) []*sarama.ConsumerMessage {
+	for len(msgs) < m.cfg.BatchSize {
 		progress := false
 		for range m.order {
-			if len(msgs) >= m.size {
+			if len(msgs) >= m.cfg.BatchSize {
 				break
 			}
 			m.rr = (m.rr + 1) % len(m.order)
@@ -305,7 +354,7 @@ func (m *microBatch) take(msgs []*sarama.ConsumerMessage) []*sarama.ConsumerMess
 }
 
 // nextRelease is the earliest idle deadline of a partition holding records.
-func (m *microBatch) nextRelease() (time.Time, bool) {
+func (m *Baseline) nextRelease() (time.Time, bool) {
 	var at time.Time
 	found := false
 	for _, p := range m.parts {
@@ -329,11 +378,11 @@ type share struct {
 	evictWM time.Time // stream time at the share's start: a lower bound of S of every record still to process
 }
 
-func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMessage) error {
+func (m *Baseline) batch(ctx context.Context, sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMessage) error {
 	now := time.Now()
 	for _, msg := range msgs {
 		p, ok := m.parts[msg.Partition]
-		if !ok || msg.Topic != m.topic {
+		if !ok || msg.Topic != m.cfg.Topic {
 			continue
 		}
 		if p.next < 0 {
@@ -343,7 +392,7 @@ func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession
 			continue // delivered again after a rebalance
 		}
 		ev := chain.Event{Record: kafka.Record(msg)}
-		ev.Decoded, ev.Err = m.dec.Decode(&ev.Record)
+		ev.Decoded, ev.Err = m.cfg.Decoder.Decode(&ev.Record)
 		p.held = append(p.held, ev)
 		p.lastArrival = now
 	}
@@ -378,7 +427,7 @@ func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession
 	for _, s := range shares {
 		for i := range s.evs {
 			if ev := &s.evs[i]; ev.Err != nil {
-				m.deadLetter(acks, 0, ev, ev.Err)
+				m.deadLetter(ctx, acks, 0, ev, ev.Err)
 			}
 		}
 	}
@@ -394,13 +443,15 @@ func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession
 		p := s.part
 		p.next = s.evs[len(s.evs)-1].Offset + 1
 		p.stream = s.after
-		m.prog.advance(p.id, p.next)
+		if m.cfg.Progress != nil {
+			m.cfg.Progress(p.id, p.next)
+		}
 	}
 	for _, s := range shares {
 		if err := m.checkpoint(s.part); err != nil {
 			return err
 		}
-		sess.MarkOffset(m.topic, s.part.id, s.part.next, "")
+		sess.MarkOffset(m.cfg.Topic, s.part.id, s.part.next, "")
 	}
 	sess.Commit()
 	return nil
@@ -412,7 +463,7 @@ func (m *microBatch) batch(ctx context.Context, sess sarama.ConsumerGroupSession
 // gate: the leader's watermark is > t + Lateness), or all of them once the
 // partition is idle — everything up to its high watermark polled, nothing
 // new for IdleTimeout (the engine's idle release).
-func (m *microBatch) cut(p *mbPartition, now time.Time) int {
+func (m *Baseline) cut(p *mbPartition, now time.Time) int {
 	if now.Sub(p.lastArrival) >= m.idle && m.caughtUp(p) {
 		m.release.Add(1)
 		return len(p.held)
@@ -428,7 +479,7 @@ func (m *microBatch) cut(p *mbPartition, now time.Time) int {
 			stream = max(stream, t)
 			for _, s := range m.stages[1:] {
 				if s.Filter == nil || s.Filter(ev) {
-					need = max(need, t+int64(m.lateness))
+					need = max(need, addSaturating(t, int64(m.lateness)))
 					gated = true
 					break
 				}
@@ -442,7 +493,7 @@ func (m *microBatch) cut(p *mbPartition, now time.Time) int {
 }
 
 // caughtUp reports whether p's polled records reach its high watermark.
-func (m *microBatch) caughtUp(p *mbPartition) bool {
+func (m *Baseline) caughtUp(p *mbPartition) bool {
 	m.claimsMu.Lock()
 	c := m.claims[p.id]
 	m.claimsMu.Unlock()
@@ -455,13 +506,13 @@ func (m *microBatch) caughtUp(p *mbPartition) bool {
 // phase runs stage k over every share: W workers; each task is one
 // partition's records of the stage in offset order (or one key's, with
 // keyOrder, after the partition's Sequence calls in offset order).
-func (m *microBatch) phase(ctx context.Context, k int, shares []*share, acks *ackWait) error {
+func (m *Baseline) phase(ctx context.Context, k int, shares []*share, acks *ackWait) error {
 	type item struct {
 		s *share
 		i int
 	}
 	var tasks [][]item
-	if !m.keyOrder {
+	if !m.cfg.KeyOrder {
 		for _, s := range shares {
 			var t []item
 			for i := range s.evs {
@@ -491,7 +542,7 @@ func (m *microBatch) phase(ctx context.Context, k int, shares []*share, acks *ac
 			if !m.accepts(k, &s.evs[i]) {
 				continue
 			}
-			ok, err := m.sequence(k, s, i, acks)
+			ok, err := m.sequence(ctx, k, s, i, acks)
 			if err != nil {
 				return err
 			}
@@ -528,12 +579,12 @@ func (m *microBatch) phase(ctx context.Context, k int, shares []*share, acks *ac
 }
 
 // pool runs n tasks on min(W, n) workers and returns the first error.
-func (m *microBatch) pool(n int, task func(int) error) error {
+func (m *Baseline) pool(n int, task func(int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	for range min(m.workers, n) {
+	for range min(m.cfg.Workers, n) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
@@ -551,26 +602,26 @@ func (m *microBatch) pool(n int, task func(int) error) error {
 	return first
 }
 
-func (m *microBatch) accepts(k int, ev *chain.Event) bool {
+func (m *Baseline) accepts(k int, ev *chain.Event) bool {
 	f := m.stages[k].Filter
 	return ev.Err == nil && (f == nil || f(ev))
 }
 
-func (m *microBatch) context(k int, s *share, i int) *chain.Context {
+func (m *Baseline) context(k int, s *share, i int) *chain.Context {
 	ev := &s.evs[i]
-	tc := chain.TestContext{
-		Topic: m.topic, Partition: s.part.id, Stage: m.names[k], Offset: ev.Offset,
+	o := chain.ContextOptions{
+		Topic: m.cfg.Topic, Partition: s.part.id, Stage: m.names[k], Offset: ev.Offset,
 		StreamTime: unixTime(s.before[i]), EvictionWatermark: s.evictWM,
 	}
 	if s.part.ps != nil {
-		tc.State = s.part.ps.Stage(k)
+		o.State = s.part.ps.Stage(k)
 	}
-	return chain.NewTestContext(tc)
+	return chain.NewContext(o)
 }
 
 // sequence calls the stage's Sequencer, if any: false means the record is
 // done (a duplicate, or dead-lettered).
-func (m *microBatch) sequence(k int, s *share, i int, acks *ackWait) (bool, error) {
+func (m *Baseline) sequence(ctx context.Context, k int, s *share, i int, acks *ackWait) (bool, error) {
 	seq := m.seqs[k]
 	if seq == nil {
 		return true, nil
@@ -581,7 +632,7 @@ func (m *microBatch) sequence(k int, s *share, i int, acks *ackWait) (bool, erro
 	case err != nil && chain.IsFatal(err):
 		return false, m.recordError(k, ev, err)
 	case err != nil:
-		m.deadLetter(acks, k, ev, err)
+		m.deadLetter(ctx, acks, k, ev, err)
 		return false, nil
 	}
 	return !skip, nil
@@ -589,68 +640,66 @@ func (m *microBatch) sequence(k int, s *share, i int, acks *ackWait) (bool, erro
 
 // handle sequences (when seq) and processes one record with the engine's
 // retry policy, then produces its outputs.
-func (m *microBatch) handle(ctx context.Context, k int, s *share, i int, acks *ackWait, seq bool) error {
+func (m *Baseline) handle(ctx context.Context, k int, s *share, i int, acks *ackWait, seq bool) error {
 	if seq {
-		ok, err := m.sequence(k, s, i, acks)
+		ok, err := m.sequence(ctx, k, s, i, acks)
 		if err != nil || !ok {
 			return err
 		}
 	}
 	ev := &s.evs[i]
-	backoff := m.backoff
-	for attempt := 0; ; attempt++ {
-		pc := m.context(k, s, i)
-		err := m.stages[k].Processor.Process(ctx, pc, ev)
-		if err == nil {
-			msgs := pc.Emitted()
-			if len(msgs) == 0 {
-				return nil
-			}
-			for j := range msgs {
-				if msgs[j].Topic == "" {
-					msgs[j].Topic = m.out
-				}
-			}
-			acks.add()
-			m.prod.Produce(context.Background(), msgs, acks.done)
+	var pc *chain.Context
+	err := m.cfg.Retry.Do(ctx, func() error {
+		pc = m.context(k, s, i)
+		return m.stages[k].Processor.Process(ctx, pc, ev)
+	})
+	switch {
+	case err == nil:
+		msgs := pc.Emitted()
+		if len(msgs) == 0 {
 			return nil
 		}
-		if chain.IsFatal(err) {
-			return m.recordError(k, ev, err)
+		for j := range msgs {
+			if msgs[j].Topic == "" {
+				msgs[j].Topic = m.cfg.OutputTopic
+			}
 		}
-		if chain.IsPermanent(err) || attempt >= m.maxRetries {
-			m.deadLetter(acks, k, ev, err)
-			return nil
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, m.maxBackoff)
+		acks.add()
+		m.cfg.Producer.Produce(ctx, msgs, acks.done)
+		return nil
+	case chain.IsFatal(err) || ctx.Err() != nil:
+		return m.recordError(k, ev, err)
+	default:
+		m.deadLetter(ctx, acks, k, ev, err)
+		return nil
 	}
 }
 
-func (m *microBatch) recordError(k int, ev *chain.Event, err error) error {
+func (m *Baseline) recordError(k int, ev *chain.Event, err error) error {
 	return &chain.RecordError{Stage: m.names[k], Topic: ev.Topic, Partition: ev.Partition, Offset: ev.Offset, Err: err}
 }
 
-// deadLetter sends the record as the engine does: original key, value and
-// headers plus the reason and source in chain.HeaderDLQ* headers.
-func (m *microBatch) deadLetter(acks *ackWait, k int, ev *chain.Event, reason error) {
-	h := make([]chain.Header, 0, len(ev.Headers)+5)
-	h = append(h, ev.Headers...)
-	h = append(h,
-		chain.Header{Key: []byte(chain.HeaderDLQReason), Value: []byte(reason.Error())},
-		chain.Header{Key: []byte(chain.HeaderDLQTopic), Value: []byte(ev.Topic)},
-		chain.Header{Key: []byte(chain.HeaderDLQPartition), Value: strconv.AppendInt(nil, int64(ev.Partition), 10)},
-		chain.Header{Key: []byte(chain.HeaderDLQOffset), Value: strconv.AppendInt(nil, ev.Offset, 10)},
-		chain.Header{Key: []byte(chain.HeaderDLQStage), Value: []byte(m.names[k])},
-	)
+// addSaturating is t + d (d >= 0), or the largest int64 if that overflows
+// (the chain's gate saturates the same way).
+func addSaturating(t, d int64) int64 {
+	if t > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return t + d
+}
+
+// deadLetter sends the record as the engine does (chain.DeadLetter,
+// chain.ProduceDeadLetter).
+func (m *Baseline) deadLetter(ctx context.Context, acks *ackWait, k int, ev *chain.Event, reason error) {
 	acks.add()
-	m.prod.Produce(context.Background(), []chain.Message{{Topic: m.dlq, Key: ev.Key, Value: ev.Value, Headers: h}}, acks.done)
+	msg := chain.DeadLetter(m.cfg.DLQTopic, m.names[k], &ev.Record, reason, m.cfg.MaxDeadLetterBytes)
+	chain.ProduceDeadLetter(ctx, m.cfg.Producer, msg, acks.done)
 }
 
 // checkpoint persists the partition's state with every stage at its next
 // offset, evicting what the slowest stage's watermark has passed (as the
 // engine's checkpoint does).
-func (m *microBatch) checkpoint(p *mbPartition) error {
+func (m *Baseline) checkpoint(p *mbPartition) error {
 	if p.ps == nil {
 		return nil
 	}
@@ -658,12 +707,8 @@ func (m *microBatch) checkpoint(p *mbPartition) error {
 	for i, n := range m.names {
 		cps[i] = commit.Checkpoint{Stage: n, Next: p.next, Watermark: p.stream}
 	}
-	var evict time.Time
-	if p.stream != 0 {
-		evict = time.Unix(0, p.stream-1)
-	}
-	if err := p.ps.Checkpoint(cps, evict); err != nil {
-		return fmt.Errorf("microbatch: checkpoint %s/%d: %w", m.topic, p.id, err)
+	if err := p.ps.Checkpoint(cps, chain.EvictBefore(unixTime(p.stream))); err != nil {
+		return fmt.Errorf("microbatch: checkpoint %s/%d: %w", m.cfg.Topic, p.id, err)
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package workload_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/workload"
+)
+
+// TestWriteLandsEveryRecordAtItsPlannedPlace: with Exact on a fresh topic,
+// the topic read back is Split of the records — key, value, timestamp and
+// the headers asked for, each at its planned partition and offset.
+func TestWriteLandsEveryRecordAtItsPlannedPlace(t *testing.T) {
+	b := testbroker.New(t)
+	cfg := small()
+	cfg.Records, cfg.Partitions = 3000, 3
+	topic := b.Topic(t, int32(cfg.Partitions))
+	recs := workload.Generate(cfg)
+	cost := func(r *workload.Record) []sarama.RecordHeader {
+		return []sarama.RecordHeader{{Key: []byte("cost"), Value: []byte(strconv.FormatInt(r.Cost.Microseconds(), 10))}}
+	}
+	out, err := workload.Write(context.Background(), workload.WriterConfig{Brokers: b.Addrs(), Sarama: b.Config(), Topic: topic, Exact: true, Headers: cost}, recs)
+	require.NoError(t, err)
+	require.Equal(t, len(recs), out.Records)
+
+	got := b.ReadAll(t, topic, false)
+	parts := workload.Split(recs, cfg.Partitions)
+	for p, want := range parts {
+		require.Len(t, got[int32(p)], len(want), "partition %d", p)
+		for i, w := range want {
+			m := got[int32(p)][i]
+			require.Equal(t, w.Offset, m.Offset)
+			require.Equal(t, w.Key, m.Key)
+			require.Equal(t, w.Value, m.Value)
+			require.True(t, w.Timestamp.Equal(m.Timestamp), "partition %d offset %d timestamp", p, w.Offset)
+			require.Len(t, m.Headers, 1)
+			require.Equal(t, "cost", string(m.Headers[0].Key))
+		}
+	}
+
+	// Writing the same records again: they land after the first copy, not
+	// at their planned offsets.
+	_, err = workload.Write(context.Background(), workload.WriterConfig{Brokers: b.Addrs(), Sarama: b.Config(), Topic: topic, Exact: true}, recs)
+	require.ErrorContains(t, err, "the topic was not empty")
+	// Without Exact the topic may hold records already.
+	out, err = workload.Write(context.Background(), workload.WriterConfig{Brokers: b.Addrs(), Sarama: b.Config(), Topic: topic}, recs[:100])
+	require.NoError(t, err)
+	require.Equal(t, 100, out.Records)
+}
+
+func TestWriteStopsWithItsContext(t *testing.T) {
+	b := testbroker.New(t)
+	cfg := small()
+	cfg.Records, cfg.Partitions = 500, 2
+	topic := b.Topic(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := workload.Write(ctx, workload.WriterConfig{Brokers: b.Addrs(), Sarama: b.Config(), Topic: topic}, workload.Generate(cfg))
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "interrupted after")
+}
