@@ -123,7 +123,9 @@
 // changelog offset under l/) or Abort (nothing written, writes stay
 // pending). Restore applies changelog records in unsynced batches of at
 // most 4 MiB, each recording the offset after its last record and removing
-// the stage checkpoints; FinishRestore writes the checkpoints and the
+// the stage checkpoints (it adds the restored keys to the filter of
+// persisted keys before each batch commits, and drops the cached scan
+// iterators after); FinishRestore writes the checkpoints and the
 // offset, synced. Hence, after any crash:
 //
 //	the persisted entries = the changelog's records below the persisted changelog offset, applied in order

@@ -18,8 +18,9 @@ import (
 // from the overlay (writeFlushed adds it while building the batch), and a
 // filter built from the backend (open, rebuild) is built while no
 // checkpoint can commit (under ckpt, or before the partition is shared).
-// Any other path that writes entries to the backend (a restore) must add
-// its keys or rebuild the filter before a get can miss them. So
+// Any other path that writes entries to the backend must add its keys or
+// rebuild the filter before a get can miss them: restoreBatch adds every
+// restored key before its batch commits. So
 // a get that misses the overlay finds every persisted key in the filter:
 // its overlay check under mu follows the drop, which follows the add.
 //
