@@ -16,6 +16,13 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
+	// LeaderContact is when the partition's leader last answered the
+	// source (a Source implementing LeaderContact; zero otherwise).
+	LeaderContact time.Time
+	// CommitPendingSince is when the oldest commit not yet acknowledged
+	// was first attempted (a Committer implementing CommitPending); zero
+	// when none is pending or the committer does not say.
+	CommitPendingSince time.Time
 	// Restore is how the partition's state was restored at assignment
 	// (chains with a changelog).
 	Restore RestoreStats
@@ -39,7 +46,11 @@ type StageStats struct {
 	Mode     string
 	Switches int64
 	// InFlight counts records begun and not completed.
-	InFlight     int
+	InFlight int
+	// KeyGated counts the records of a key-scoped stage (GateKey) begun and
+	// waiting in the key gate for their leader's progress on their key
+	// (part of InFlight).
+	KeyGated     int
 	Processed    int64
 	Skipped      int64
 	DeadLettered int64
@@ -59,6 +70,12 @@ func (p *partitionRun) stats() PartitionStats {
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
 		Restore:       p.restored.stats(time.Now()),
+	}
+	if lc, ok := p.src.(LeaderContact); ok {
+		ps.LeaderContact = lc.LeaderContact()
+	}
+	if cp, ok := p.committer.(CommitPending); ok {
+		ps.CommitPendingSince = cp.CommitPendingSince()
 	}
 	if !p.ready.Load() {
 		return ps
@@ -96,5 +113,8 @@ func (s *stageRun) stats(hwm int64) StageStats {
 	s.mu.Lock()
 	st.InFlight = s.tracker.InFlight()
 	s.mu.Unlock()
+	if s.kg != nil {
+		st.KeyGated = int(s.kg.size.Load())
+	}
 	return st
 }

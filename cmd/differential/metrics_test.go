@@ -26,8 +26,9 @@ import (
 // and the Go runtime's and the process's series;
 // /healthz is 200 while the blocked stage is within the stall timeout, 503
 // naming the partition and stage once it is not (the health check's clock
-// is moved forward instead of waiting a minute), and 200 again once the
-// stage is released and has caught up (no lag, so no stall).
+// is moved forward instead of waiting a minute), and once the stage is
+// released and has caught up no stage is stalled (no lag), and 200 again
+// on the real clock (every partition's leader answers its probe).
 func TestMetricsAndHealth(t *testing.T) {
 	tp := newTopics(t, 3)
 	tp.produce(t, 3000, 5)
@@ -52,7 +53,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{
 		"differential_stage_position", "differential_stage_lag", "differential_stage_mode_polling",
-		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight",
+		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
 		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
 		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
 		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",
@@ -73,8 +74,20 @@ func TestMetricsAndHealth(t *testing.T) {
 
 	close(pz.release)
 	recv(t, w.reach(ends), "the group to commit every partition's end")
+	// Still two minutes ahead, the clock finds no stage stalled (no lag,
+	// however old its last progress looks); what it does find is that no
+	// partition's leader has answered for "two minutes" (the leader probe
+	// answers every second on the real clock), the rule that sees a dead
+	// leader. Back on the real clock, the engine is healthy.
 	status, body = get(t, base+"/healthz")
-	require.Equal(t, http.StatusOK, status, "no lag, so no stall, whatever the clock: %s", body)
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.NotContains(t, body, " stage ", "no lag, so no stage stalled, whatever the clock")
+	for part := range tp.partitions {
+		require.Contains(t, body, fmt.Sprintf("%s/%d: no answer from the partition's leader for 2m", tp.in, part))
+	}
+	skew.Store(0)
+	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, status, "no lag, leaders answering: %s", body)
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
@@ -87,7 +88,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
 		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
-		"assignor", o.assignor, "key_concurrency", o.keyConcurrency)
+		"assignor", o.assignor, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	if o.velocity.window > 0 {
 		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
 			"alerts", o.velocity.alertsTopic(o.output))
@@ -96,6 +97,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
+		// /healthz calls a partition stalled when its leader has not
+		// answered for --stall-timeout: probe often enough that an idle
+		// partition never looks like one (and not more often than 10 times
+		// a second per partition).
+		ProbeInterval: max(min(kafka.DefaultProbeInterval, o.stallTimeout/5), 100*time.Millisecond),
 	})
 	if err != nil {
 		return err
