@@ -19,6 +19,7 @@ type Chain struct {
 	names  []string
 	dec    Decoder
 	cfg    config
+	tc     *txnCoordinator // exactly-once mode; nil otherwise
 
 	mu struct {
 		sync.Mutex
@@ -73,6 +74,9 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	}
 	c := &Chain{stages: append([]Stage(nil), stages...), names: names, dec: dec, cfg: cfg}
 	c.mu.parts = map[partKey]*partitionRun{}
+	if cfg.txn != nil {
+		c.tc = newTxnCoordinator(c)
+	}
 	return c, nil
 }
 

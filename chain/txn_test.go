@@ -1,0 +1,197 @@
+package chain_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chaintest"
+	"github.com/differential-dev/differential/commit"
+)
+
+// eosTester is a tally chain in exactly-once mode with a changelog.
+func eosTester(t *testing.T, stages []chain.Stage, opts ...chain.Option) (*chaintest.Tester, *chaintest.Transactor, *chaintest.Changelog) {
+	opts = append([]chain.Option{chain.WithIdleTimeout(time.Millisecond), chain.WithCommitInterval(10 * time.Millisecond)}, opts...)
+	tt := chaintest.New(t, stages, testDecoder, opts...)
+	cl := tt.UseChangelog()
+	x := tt.UseTransactions()
+	return tt, x, cl
+}
+
+// requireExactlyOnce checks the visible outputs against the model of the
+// whole log: each exactly once, the right values (a value computed from
+// state that an aborted cycle had changed would differ), nothing else.
+func requireExactlyOnce(t *testing.T, tt *chaintest.Tester) {
+	t.Helper()
+	require.Equal(t, sortedModel(tt.Log(0).Records()), sortedOutputs(tt))
+}
+
+// An aborted cycle (EndTxn refused) drops the overlay and restarts the
+// partition at its last committed positions: what the read_committed side
+// sees is every output exactly once, with the values the model computes —
+// a restart that kept the aborted cycle's writes would count those records
+// twice, one at the wrong positions would lose or repeat outputs. Then the
+// partition moves to an instance without local state, which restores it
+// from the changelog's committed records only.
+func TestExactlyOnceAbortRestartsFromCommittedPositionsWithOverlayDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt, x, _ := eosTester(t, tally())
+		tt.Start(0)
+		var all []chain.Record
+		feed := func(n int) {
+			recs := tallyRecords(len(all), n)
+			all = append(all, recs...)
+			tt.Feed(0, recs...)
+			tt.WaitCommitted(0, int64(len(all)))
+		}
+		feed(30)
+		requireExactlyOnce(t, tt)
+		_, aborts := x.Counts()
+		require.Zero(t, aborts)
+
+		// The next two transactions fail at commit: their outputs and
+		// changelog records are never visible, and the partition restarts.
+		x.FailCommits(2)
+		feed(30)
+		_, aborts = x.Counts()
+		require.Equal(t, 2, aborts, "the failed commits aborted their cycles")
+		requireExactlyOnce(t, tt)
+
+		// The changelog holds the aborted cycles' records, which readers
+		// skip: another instance restores the committed state from it.
+		require.NoError(t, tt.Move("b", 0))
+		feed(21)
+		requireExactlyOnce(t, tt)
+		require.NoError(t, tt.Stop())
+	})
+}
+
+// A send that fails inside the transaction (ErrTransaction) aborts the
+// cycle and restarts the partition; no record fails, nothing is repeated or
+// lost.
+func TestExactlyOnceFailedSendAbortsTheCycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt, x, _ := eosTester(t, tally())
+		tt.Start(0)
+		first := tallyRecords(0, 20)
+		tt.Feed(0, first...)
+		tt.WaitCommitted(0, 20)
+		x.FailProduce(3)
+		next := tallyRecords(20, 25)
+		tt.Feed(0, next...)
+		tt.WaitCommitted(0, 45)
+		_, aborts := x.Counts()
+		require.GreaterOrEqual(t, aborts, 1)
+		requireExactlyOnce(t, tt)
+		require.NoError(t, tt.Stop())
+	})
+}
+
+// A clean stop (revoke) commits the partition's final checkpoint in a
+// transaction before RunPartition returns; restarted, nothing repeats.
+// Stops land mid-stream, at every point of the cycle.
+func TestExactlyOnceStopCommitsFinalCycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt, x, _ := eosTester(t, tally(), chain.WithCommitInterval(time.Hour))
+		var all []chain.Record
+		for round := range 5 {
+			tt.Start(0)
+			recs := tallyRecords(len(all), 17+round)
+			all = append(all, recs...)
+			tt.Feed(0, recs...)
+			require.NoError(t, tt.Stop())
+			cs := tt.Commits(0)
+			require.Equal(t, int64(len(all)), cs[len(cs)-1].Offset, "round %d: the stop committed everything", round)
+			requireExactlyOnce(t, tt)
+		}
+		commits, aborts := x.Counts()
+		require.Equal(t, 5, commits, "one transaction per stop (the interval never elapses)")
+		require.Zero(t, aborts)
+	})
+}
+
+// jittered is a key-parallel stage whose records take different times by
+// offset (fake time), so they complete out of offset order; every record
+// emits one output naming its offset.
+func jittered(name, typ string, conc int) chain.Stage {
+	return chain.Stage{Name: name, Filter: typeFilter(typ), KeyConcurrency: conc,
+		Processor: chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+			time.Sleep(time.Duration((e.Offset*7919)%13) * time.Millisecond)
+			k := append([]byte(name+"/"), e.Key...)
+			prev, _, err := pc.State().Get(k)
+			if err != nil {
+				return err
+			}
+			n, _ := strconv.Atoi(string(prev))
+			if err := pc.State().Set(k, strconv.AppendInt(nil, int64(n+1), 10), time.Time{}); err != nil {
+				return err
+			}
+			pc.Emit(chain.Message{Key: e.Key, Value: fmt.Appendf(nil, "%s@%d %s=%d", name, e.Offset, e.Key, n+1)})
+			return nil
+		})}
+}
+
+// With key-parallel stages, records complete out of offset order; a
+// transaction must still hold exactly the outputs of a contiguous prefix
+// per stage — those of the records between the previous commit's position
+// and this one's, and no other. (Without the cycle's pause and drain, the
+// outputs of records completed above a position would commit with an
+// offset below them, and a restart would repeat them.)
+func TestExactlyOnceTransactionsHoldContiguousPrefixes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stages := []chain.Stage{jittered("count", "click", 4), jittered("mark", "install", 3)}
+		tt, x, _ := eosTester(t, stages, chain.WithCommitInterval(5*time.Millisecond))
+		tt.SetAckMode(chaintest.AckAsync)
+		tt.Start(0)
+		recs := tallyRecords(0, 400)
+		for i := 0; i < len(recs); i += 40 {
+			tt.Append(0, recs[i:i+40]...)
+			time.Sleep(3 * time.Millisecond)
+		}
+		tt.WaitIdle()
+		tt.WaitCommitted(0, 400)
+		require.NoError(t, tt.Stop())
+
+		names := []string{"count", "mark"}
+		prev := map[string]int64{"count": 0, "mark": 0}
+		seen := map[string]int{}
+		txns := x.Transactions()
+		require.Greater(t, len(txns), 5, "several cycles ran while records were in flight")
+		for i, txn := range txns {
+			require.Len(t, txn.Offsets, 1)
+			st, ok := commit.DecodeState(txn.Offsets[0].Metadata, txn.Offsets[0].Offset, names)
+			require.True(t, ok)
+			next := map[string]int64{}
+			for _, cp := range st.Stages {
+				next[cp.Stage] = cp.Next
+			}
+			want := map[string]bool{}
+			for _, r := range tt.Log(0).Records() {
+				typ, _, _ := strings.Cut(string(r.Value), "|")
+				stage := map[string]string{"click": "count", "install": "mark"}[typ]
+				if r.Offset >= prev[stage] && r.Offset < next[stage] {
+					want[fmt.Sprintf("%s@%d", stage, r.Offset)] = true
+				}
+			}
+			got := map[string]bool{}
+			for _, m := range txn.Outputs {
+				id, _, _ := strings.Cut(string(m.Value), " ")
+				got[id] = true
+				seen[id]++
+			}
+			require.Equal(t, want, got, "transaction %d holds exactly the outputs of [previous position, position) per stage", i)
+			prev = next
+		}
+		for id, n := range seen {
+			require.Equal(t, 1, n, "output %s committed once", id)
+		}
+		require.Len(t, seen, 400)
+	})
+}
