@@ -282,8 +282,7 @@ func (tc *txnCoordinator) cycle() bool {
 		p.eos.paused.Store(true)
 		parts = append(parts, &cyclePart{p: p, final: tp.final})
 	}
-	err := tc.mu.failure
-	tc.mu.failure = nil
+	failed := tc.mu.failure != nil
 	tc.mu.Unlock()
 	tc.outputs.Store(0)
 	tc.writes.Store(0)
@@ -293,9 +292,25 @@ func (tc *txnCoordinator) cycle() bool {
 
 	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
 	defer cancel()
-	if err == nil {
-		err = tc.drain(parts)
+	if failed {
+		// The transaction cannot commit: abort it first, which fails the
+		// sends still waiting for an answer (a fenced producer's would be
+		// retried for seconds), so that the drain ends at once.
+		if aerr := tc.tx.Abort(ctx); aerr != nil {
+			tc.log.Warn("aborting the failed transaction", "err", aerr)
+		}
 	}
+	err := tc.drain(parts)
+	// Every failure of the records this transaction holds has been reported
+	// once they are drained (a record's failed send drops it); one taken
+	// before the drain would leave its siblings' to abort the next cycle,
+	// which holds none of them.
+	tc.mu.Lock()
+	if err == nil {
+		err = tc.mu.failure
+	}
+	tc.mu.failure = nil
+	tc.mu.Unlock()
 	var offsets []TxnOffset
 	for _, cp := range parts {
 		if err != nil {
