@@ -80,7 +80,12 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "producer", p)
 		prod = p
 	}
-	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, h)
+	var out chain.Producer = prod
+	if h.wrapProducer != nil && prod != nil {
+		// The chaosbreak build's broken producer (at-least-once mode only).
+		out = h.wrapProducer(prod)
+	}
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}
