@@ -69,7 +69,12 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		// Closed after kafka.Run returned: every partition's final cycle
 		// has committed or aborted its transaction by then.
 		defer closeLogged(log, "transactional producer", tx)
-		h.chainOptions = append([]chain.Option{chain.WithExactlyOnce(tx)}, h.chainOptions...)
+		var txn chain.Transactor = tx
+		if h.wrapProducer != nil {
+			// The chaosbreak build's broken producer, inside the transaction.
+			txn = wrappedTransactor{Transactor: tx, out: h.wrapProducer(tx)}
+		}
+		h.chainOptions = append([]chain.Option{chain.WithExactlyOnce(txn)}, h.chainOptions...)
 	} else {
 		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: o.brokers, Sarama: sc, Security: o.security, Logger: log, Registry: reg})
 		if err != nil {
@@ -82,7 +87,6 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	var out chain.Producer = prod
 	if h.wrapProducer != nil && prod != nil {
-		// The chaosbreak build's broken producer (at-least-once mode only).
 		out = h.wrapProducer(prod)
 	}
 	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
@@ -179,4 +183,15 @@ func closeLogged(log *slog.Logger, what string, c interface{ Close() error }) {
 	if err := c.Close(); err != nil {
 		log.Warn("close "+what, "err", err)
 	}
+}
+
+// wrappedTransactor is a Transactor whose outputs and dead letters go
+// through out (hooks.wrapProducer), which sends them with the Transactor.
+type wrappedTransactor struct {
+	chain.Transactor
+	out chain.Producer
+}
+
+func (w wrappedTransactor) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
+	w.out.Produce(ctx, msgs, done)
 }
