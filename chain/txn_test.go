@@ -195,3 +195,40 @@ func TestExactlyOnceTransactionsHoldContiguousPrefixes(t *testing.T) {
 		require.Len(t, seen, 400)
 	})
 }
+
+// A cycle commits early, long before the commit interval, once its open
+// transaction holds more outputs or state writes than WithTransactionLimits
+// allows: the overlay and the open outputs stay bounded. (Without the
+// limits nothing commits before the hour-long interval.)
+func TestExactlyOnceCycleCommitsEarlyAtTheLimits(t *testing.T) {
+	for _, lim := range []struct {
+		name              string
+		outputs, writes int
+	}{{"outputs", 10, 1 << 20}, {"writes", 1 << 20, 10}} {
+		t.Run(lim.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				// One stage: no gate holds records back between cycles.
+				tt, x, _ := eosTester(t, tally()[:1], chain.WithCommitInterval(time.Hour), chain.WithTransactionLimits(lim.outputs, lim.writes))
+				start := time.Now()
+				tt.Start(0)
+				// Each chunk passes the limits: a cycle commits part of it at
+				// once (the rest, below the limits, waits for the next).
+				for i := range 5 {
+					tt.Append(0, tallyRecords(20*i, 20)...)
+					tt.WaitCommitted(0, int64(20*i+1))
+				}
+				require.Less(t, time.Since(start), time.Hour, "committed before the interval ended")
+				txns := x.Transactions()
+				require.GreaterOrEqual(t, len(txns), 5, "one early cycle per chunk at least")
+				require.NoError(t, tt.Stop())
+				var want []string // the model's count stage
+				for _, o := range sortedModel(tt.Log(0).Records()) {
+					if strings.HasPrefix(o, "count@") {
+						want = append(want, o)
+					}
+				}
+				require.Equal(t, want, sortedOutputs(tt))
+			})
+		})
+	}
+}
