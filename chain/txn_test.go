@@ -202,7 +202,7 @@ func TestExactlyOnceTransactionsHoldContiguousPrefixes(t *testing.T) {
 // limits nothing commits before the hour-long interval.)
 func TestExactlyOnceCycleCommitsEarlyAtTheLimits(t *testing.T) {
 	for _, lim := range []struct {
-		name              string
+		name            string
 		outputs, writes int
 	}{{"outputs", 10, 1 << 20}, {"writes", 1 << 20, 10}} {
 		t.Run(lim.name, func(t *testing.T) {
