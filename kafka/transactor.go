@@ -193,11 +193,33 @@ func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
 		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID)}
-	if err := t.startProducer(); err != nil {
+	if err := retryStart(t.log, startAttempts, time.Second, t.startProducer); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: transactional producer %q: %w", cfg.TransactionalID, explainTxn(err))
 	}
 	return t, nil
+}
+
+// startAttempts bounds how long NewTransactor retries initialising the
+// transactional id while the brokers cannot serve it: a process restarted
+// while the node holding its transaction coordinator is down (the chaos
+// suite's broker-and-engine kill) waits for the coordinator to move — the
+// brokers' session timeout plus an election — instead of exiting.
+const startAttempts = time.Minute
+
+// retryStart runs start until it succeeds, fails for a reason that is not
+// transient (an authorization, a configuration the brokers refuse), or
+// bound has passed, pausing pause between attempts.
+func retryStart(log *slog.Logger, bound, pause time.Duration, start func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := start()
+		if err == nil || !transient(err) || errors.Is(err, sarama.ErrInvalidTransactionTimeout) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("transactional producer: initialising the transactional id failed; retrying", "err", err, "pause", pause)
+		time.Sleep(pause) // bounded by the deadline; nothing else is waiting yet
+	}
 }
 
 // explainTxn adds what to check to a failed transactional producer start.
