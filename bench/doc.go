@@ -18,9 +18,12 @@
 // run by throughput is reported):
 //
 //   - chain: attribution.NewChainWith through kafka.Run (its own sarama
-//     clients), every stage with KeyConcurrency = W, the store (Pebble in a fresh
+//     clients), every stage with KeyConcurrency = W, the followers' gate
+//     scope Options.Gate (key by default), the store (Pebble in a fresh
 //     directory, or memory), kafka.NewProducer, output and dead-letter
-//     topics of its own, a fresh consumer group;
+//     topics of its own, a fresh consumer group; for A and C also the same
+//     chain with the other gate scope (the rows chain/key and
+//     chain/partition; Options.OneGate skips it);
 //   - microbatch: the baseline (package bench/microbatch): a sarama consumer group
 //     with its own client polls up to BatchSize records (or until
 //     BatchLinger after the first), round-robin across partitions; then for
@@ -93,8 +96,12 @@
 // (a follower begins offset o only when its leader has completed every
 // offset below it and its watermark passed t+Lateness, or it is idle; one
 // key's records of a stage in order), with unlimited workers and no
-// overhead; efficiency_chain_order = max(total cost ÷ W, that path) ÷
-// measured time separates what the ordering rules cost from engine overhead.
+// overhead; bound.key_order_path is the same under the key-scoped gate (a
+// follower record of key u waits only for its leader's records of u at
+// offsets ≤ o and, when processed, below q(t+Lateness); it lies between
+// the longest key×stage chain and chain_order_path). efficiency_chain_order
+// = max(total cost ÷ W, the path of the run's own gate scope) ÷ measured
+// time separates what the ordering rules cost from engine overhead.
 // wait_overshoot is how much longer the timers waited than the costs asked
 // (the runtime's timer granularity, ~1ms on a busy machine).
 //
@@ -116,7 +123,9 @@
 // floor_p50_ms/floor_p99_ms are the least latencies the event-time gate
 // allows at that load (waiting for a later event time on the partition, or
 // IdleTimeout of silence), plus the record's cost: neither design can go
-// below them.
+// below them, in either gate scope (the key scope still waits until a later
+// event time is read). The table "latency p99 beside the event-time floor"
+// sets every design's p99 beside them, per point.
 //
 // # Correctness (every run, both phases)
 //

@@ -57,6 +57,14 @@ type Options struct {
 	// BufferSize is the chain's handoff buffer per partition
 	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
 	BufferSize int
+	// Gate is the follower gate scope of the chain design's attribution
+	// chain (attribution.Wiring.Gate): chain.GateKey (the default; an
+	// install waits only for its own user's clicks) or chain.GatePartition.
+	Gate chain.GateScope
+	// OneGate measures the chain with Gate only. By default workloads A and
+	// C also measure it with the other scope (the row "chain/<scope>"), so
+	// a run compares both.
+	OneGate bool
 	// PollingBufferSize is the tiny buffer of the polling-fallback
 	// measurement (B): followers fall out of it and poll Kafka. Default 32.
 	PollingBufferSize int
@@ -140,6 +148,9 @@ func (o Options) withDefaults() Options {
 	if o.Store == "" {
 		o.Store = "pebble"
 	}
+	if o.Gate == "" {
+		o.Gate = chain.GateKey
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -174,6 +185,9 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
+		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
+	}
 	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
 	if o.Velocity > 0 {
 		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
@@ -191,6 +205,8 @@ type point struct {
 	workers int
 	// keyOrder: also run the per-key micro-batch variant.
 	keyOrder bool
+	// gates: also run the chain with the other gate scope.
+	gates bool
 	// ceiling: also measure the raw consumer, the one-stage no-op chain and
 	// the polling fallback on this point's input.
 	ceiling bool
@@ -241,7 +257,7 @@ func (o Options) points() []point {
 		switch w {
 		case "A":
 			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, records(20_000, 2_000), o.Partitions, o.CostMedian),
-				workers: o.Workers, keyOrder: o.MicroBatchKeyOrder, latencyScale: 1})
+				workers: o.Workers, keyOrder: o.MicroBatchKeyOrder, gates: !o.OneGate, latencyScale: 1})
 		case "B":
 			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, records(50_000, 5_000), o.Partitions, 0),
 				workers: o.Workers, ceiling: true, latencyScale: 1})
@@ -253,7 +269,7 @@ func (o Options) points() []point {
 						continue
 					}
 					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, records(3_000, 1_000), p, o.CostMedian),
-						workers: wk, keyOrder: o.MicroBatchKeyOrder, latencyScale: 0.5})
+						workers: wk, keyOrder: o.MicroBatchKeyOrder, gates: !o.OneGate, latencyScale: 0.5})
 				}
 			}
 		}

@@ -99,6 +99,9 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	}
 
 	kinds := []kind{kindChain, kindMicroBatch}
+	if pt.gates {
+		kinds = []kind{kindChain, kindChainOtherGate, kindMicroBatch}
+	}
 	if pt.keyOrder {
 		kinds = append(kinds, kindMicroBatchKey)
 	}
@@ -122,6 +125,10 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	}
 	wr.Chain, wr.MicroBatch = median(runs[kindChain]), median(runs[kindMicroBatch])
 	wr.MicroBatchKey = median(runs[kindMicroBatchKey])
+	wr.Gate = string(h.o.Gate)
+	if pt.gates {
+		wr.ChainOtherGate, wr.OtherGate = median(runs[kindChainOtherGate]), string(h.o.otherGate())
+	}
 	if velResult != nil {
 		velResult.Chain = median(runs[kindVelocity])
 		velResult.finish(wr.Chain, len(recs))
@@ -310,8 +317,9 @@ type running struct {
 	cpu0, cpu            time.Duration // process CPU at the start; used until done
 	smp                  *sampler
 	note                 string
-	limit                time.Duration // Options.Timeout: bounds the whole run
-	timeout              *time.Timer   // fires after limit
+	limit                time.Duration   // Options.Timeout: bounds the whole run
+	timeout              *time.Timer     // fires after limit
+	gate                 chain.GateScope // a chain design's gate scope
 
 	ctx     context.Context    // of the run and the feeder
 	cancel  context.CancelFunc // cancels ctx
@@ -330,7 +338,7 @@ func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Tim
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
-		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
+		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout), gate: h.o.gateOf(s.kind)}
 	r.cpu0 = cpuTime()
 	r.smp = startSampler(d.prog)
 	go func() { r.errc <- d.run(runCtx) }()
@@ -456,6 +464,11 @@ func (r *running) result() *DesignResult {
 		eff := b.Time.Seconds() / el.Seconds()
 		res.Efficiency = &eff
 		co := b.ChainOrderTime.Seconds() / el.Seconds()
+		switch r.s.kind {
+		case kindChain, kindChainOtherGate, kindPolling, kindVelocity:
+			// Against the bound of the chain's own gate scope.
+			co = b.orderTime(r.gate) / el.Seconds()
+		}
 		res.EfficiencyChainOrder = &co
 	}
 	if d.lim != nil {
@@ -653,12 +666,12 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	counting := func(dec chain.Decoder) chain.Decoder { return countingDecoder{dec, d.prog} }
 
 	switch s.kind {
-	case kindChain, kindPolling, kindVelocity:
+	case kindChain, kindChainOtherGate, kindPolling, kindVelocity:
 		buf := o.BufferSize
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
 		}
-		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting},
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.gateOf(s.kind), Stages: costs, Decoder: counting},
 			chain.WithStore(st), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf),
 			chain.WithObserver(chainObserver{d.prog, lastStage(cfg)}), chain.WithLogger(o.Logger))

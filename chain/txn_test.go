@@ -144,9 +144,19 @@ func jittered(name, typ string, conc int) chain.Stage {
 // and this one's, and no other. (Without the cycle's pause and drain, the
 // outputs of records completed above a position would commit with an
 // offset below them, and a restart would repeat them.)
+// Under both gate scopes: the key-scoped follower completes records out of
+// order by design, and the cycle's drain must still leave contiguous
+// prefixes.
 func TestExactlyOnceTransactionsHoldContiguousPrefixes(t *testing.T) {
+	for _, scope := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+		t.Run(string(scope), func(t *testing.T) { testContiguousPrefixes(t, scope) })
+	}
+}
+
+func testContiguousPrefixes(t *testing.T, scope chain.GateScope) {
 	synctest.Test(t, func(t *testing.T) {
 		stages := []chain.Stage{jittered("count", "click", 4), jittered("mark", "install", 3)}
+		stages[1].Gate = scope
 		tt, x, _ := eosTester(t, stages, chain.WithCommitInterval(5*time.Millisecond))
 		tt.SetAckMode(chaintest.AckAsync)
 		tt.Start(0)
