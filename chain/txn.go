@@ -437,8 +437,18 @@ func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause e
 	if err := tc.tx.Abort(ctx); err != nil {
 		tc.log.Warn("aborting the transaction failed; the transaction coordinator aborts it at its timeout", "err", err)
 	}
-	for _, cp := range parts {
-		cp.leave = !cp.p.rewind()
+	// Stop every partition's epoch first: its records still in flight may
+	// produce into the transaction opened after the abort, and that one is
+	// aborted too before any partition restarts (stopEpoch).
+	stopped := make([]bool, len(parts))
+	for i, cp := range parts {
+		stopped[i] = cp.p.stopEpoch()
+	}
+	if err := tc.tx.Abort(ctx); err != nil {
+		tc.log.Warn("aborting what the stopping partitions sent after the abort failed; the transaction coordinator aborts it at its timeout", "err", err)
+	}
+	for i, cp := range parts {
+		cp.leave = !stopped[i] || !cp.p.restartEpoch()
 		if aborts >= maxConsecutiveAborts {
 			cp.p.fail(fmt.Errorf("exactly-once: %d transactions in a row aborted, the last: %w", aborts, cause))
 		}

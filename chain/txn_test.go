@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -241,4 +242,40 @@ func TestExactlyOnceCycleCommitsEarlyAtTheLimits(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A record still in flight when a cycle aborts (here: slower than the
+// drain allows) must not put its outputs into the transaction that follows
+// the abort: its partition restarts at the committed positions and
+// processes it again, so those outputs would commit twice. (The fleet test
+// found it: a member whose cycle timed out committed repeated installs and
+// purchases.)
+func TestExactlyOnceRecordInFlightAtAbortIsNotCommitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stages := tally()[:1]
+		inner := stages[0].Processor
+		var slowed atomic.Bool
+		stages[0].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+			if e.Offset == 30 && slowed.CompareAndSwap(false, true) {
+				// Past the cycle's drain (the shutdown timeout), within
+				// the rewind's wait for it.
+				time.Sleep(150 * time.Millisecond)
+			}
+			return inner.Process(ctx, pc, e)
+		})
+		tt, x, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt.Start(0)
+		tt.Feed(0, tallyRecords(0, 60)...)
+		tt.WaitCommitted(0, 60)
+		require.NoError(t, tt.Stop())
+		_, aborts := x.Counts()
+		require.GreaterOrEqual(t, aborts, 1, "the slow record made a cycle abort")
+		var want []string // the model's count stage
+		for _, o := range sortedModel(tt.Log(0).Records()) {
+			if strings.HasPrefix(o, "count@") {
+				want = append(want, o)
+			}
+		}
+		require.Equal(t, want, sortedOutputs(tt))
+	})
 }

@@ -92,25 +92,44 @@ func (p *partitionRun) startEpoch(first []Record) {
 	e.g = p.launch(ctx, e.workCtx, first)
 }
 
-// rewind restarts the partition at its last committed positions with its
-// store overlay dropped, after an aborted cycle (the coordinator calls it
-// while the partition is paused and drained, so nothing is in flight). It
-// reports false when it did not — the partition is stopping, or the
-// restart failed (then the partition fails) — and the partition must leave
-// the cycles: its stages are not at a committed position, so nothing of
-// them may be committed any more.
-func (p *partitionRun) rewind() bool {
+// stopEpoch is the first half of a rewind after an aborted cycle (the
+// coordinator calls it while the partition is paused): the current epoch's
+// stages, fetcher and workers stop, and records still in flight finish or
+// are dropped. It reports false when the partition did not stop for a
+// rewind — it is stopping anyway, or its records did not stop in time (then
+// the partition fails) — and the partition must leave the cycles: its
+// stages are not at a committed position, so nothing of them may be
+// committed any more. On true it returns with eos.mu held, for
+// restartEpoch: the partition's own stop waits until the rewind is done.
+//
+// Records in flight may still produce while they stop, into whatever
+// transaction is open by then — the one after the abort. The coordinator
+// therefore aborts again once every partition's epoch has stopped, before
+// any restarts (txnCoordinator.abort): otherwise those outputs would
+// commit with the next cycle, and again when the record is processed anew.
+func (p *partitionRun) stopEpoch() bool {
 	e := &p.eos
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.stopping {
+		e.mu.Unlock()
 		return false
 	}
 	e.cancelEpoch()
 	if p.shutdown(e.g, e.cancelWork) {
 		p.fail(errors.New("exactly-once restart after an aborted transaction: records in flight did not stop within the shutdown timeout"))
+		e.mu.Unlock()
 		return false
 	}
+	return true
+}
+
+// restartEpoch is the second half of a rewind, after stopEpoch returned
+// true (eos.mu held; released here): the partition restarts at its last
+// committed positions with its store overlay dropped. It reports false when
+// the restart failed (the partition fails and leaves the cycles).
+func (p *partitionRun) restartEpoch() bool {
+	e := &p.eos
+	defer e.mu.Unlock()
 	if p.ps != nil {
 		// Pebble holds exactly the committed state (written only after
 		// CommitTxn); the aborted cycle's writes are only in the overlay,

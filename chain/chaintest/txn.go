@@ -86,7 +86,8 @@ func (x *Transactor) BeforeCommit(fn func()) {
 	x.mu.Unlock()
 }
 
-// Counts returns how many transactions committed and aborted.
+// Counts returns how many transactions committed and aborted (an Abort
+// with no transaction open counts for nothing).
 func (x *Transactor) Counts() (commits, aborts int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -206,10 +207,12 @@ func (x *Transactor) Transactions() []Txn {
 // Abort implements chain.Transactor.
 func (x *Transactor) Abort(context.Context) error {
 	x.mu.Lock()
+	if x.mu.open || x.mu.failed != nil {
+		x.mu.aborts++ // a transaction was open: it is aborted
+	}
 	x.mu.outputs = nil
 	x.mu.open = false
 	x.mu.failed = nil
-	x.mu.aborts++
 	x.mu.Unlock()
 	x.t.mu.Lock()
 	cl := x.t.mu.changelog
