@@ -56,12 +56,18 @@ func traceparentOf(h []*sarama.RecordHeader) (string, int) {
 // and purchase and the dead letter carry the span's context in their
 // traceparent, so the upstream trace goes on through the chain.
 func TestRunExportsTraces(t *testing.T) {
+	for _, g := range []string{"at-least-once", "exactly-once"} {
+		t.Run(g, func(t *testing.T) { testRunExportsTraces(t, "--guarantee", g) })
+	}
+}
+
+func testRunExportsTraces(t *testing.T, extra ...string) {
 	t.Setenv("OTEL_SERVICE_NAME", "")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
 	rcv, endpoint := otlptest.NewHTTP(t)
 	tp := newTopics(t, 1)
 	produceJourney(t, tp)
-	p := tp.runToEnd(t, "--otlp-endpoint", endpoint, "--trace-sample-ratio", "0")
+	p := tp.runToEnd(t, append([]string{"--otlp-endpoint", endpoint, "--trace-sample-ratio", "0"}, extra...)...)
 	require.Contains(t, p.err.String(), `"msg":"tracing on"`)
 
 	// Flushed before run exited.
