@@ -192,6 +192,12 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 // below its Next (in the order they were made), the eviction of expired
 // entries and every stage's checkpoint. See doc.go.
 func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error {
+	return p.checkpoint(cps, evictBefore, p.be.newBatch)
+}
+
+// checkpoint is Checkpoint writing through the batch newBatch returns (a
+// member of a CheckpointAll group, or the backend's own).
+func (p *partitionStore) checkpoint(cps []commit.Checkpoint, evictBefore time.Time, newBatch func() batch) error {
 	if err := p.checkCheckpoints(cps); err != nil {
 		return p.err("checkpoint", err)
 	}
@@ -208,7 +214,7 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 	p.mu.Unlock()
 
 	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
-	b := p.be.newBatch()
+	b := newBatch()
 	p.writeFlushed(b, p.ckpt.flushed)
 	ev := expiryNanos(evictBefore)
 	evicted, complete, err := p.evict(b, p.ckpt.flushed, ev)
