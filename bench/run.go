@@ -160,11 +160,13 @@ func meanCost(wc workload.Config) float64 {
 	return wc.CostMedian.Seconds() * math.Exp(workload.CostSigma*workload.CostSigma/2)
 }
 
-// capacity is a first guess of the fastest design's throughput at a point:
-// W ÷ mean cost with costs (no design exceeds it), else a CPU-bound guess.
-func capacity(pt point) float64 {
+// chainGuess is a first guess of the chain's throughput at a point, to size
+// its first run: with costs a third of W ÷ mean cost (no design exceeds
+// that; the hot keys hold the chain well below it), else a CPU-bound
+// guess. A wrong guess costs one more run (see steady).
+func chainGuess(pt point) float64 {
 	if pt.wc.CostMedian > 0 {
-		return float64(pt.workers) / meanCost(pt.wc)
+		return float64(pt.workers) / meanCost(pt.wc) / 3
 	}
 	return 40_000
 }
@@ -176,7 +178,7 @@ func capacity(pt point) float64 {
 func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, error) {
 	P := pt.wc.Partitions
 	t0 := time.Now()
-	n0 := h.o.sizeFor(capacity(pt)/2, 0)
+	n0 := h.o.sizeFor(1.5*chainGuess(pt), 0)
 	if h.o.Records > 0 {
 		n0 = h.o.Records
 	}
@@ -189,7 +191,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	chainRun := func(hint float64) (*DesignResult, error) {
 		return h.steady(ctx, pr, runSpec{kind: kindChain}, hint)
 	}
-	ch, err := chainRun(capacity(pt) / 4)
+	ch, err := chainRun(chainGuess(pt))
 	if err != nil {
 		return wr, err
 	}
@@ -343,7 +345,10 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	if h.o.Quick {
 		n = ceilingRecords / 10
 	}
-	n = max(n, pr.biggest())
+	// An input already produced, if one is long enough.
+	if m := pr.shortestFrom(n); m > 0 {
+		n = m
+	}
 	in, err := pr.input(n)
 	if err != nil {
 		return err
@@ -364,13 +369,16 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	return nil
 }
 
-// biggest is the longest input produced so far at the point.
-func (pr *pointRun) biggest() int {
-	n := 0
+// shortestFrom is the shortest input produced so far at the point with at
+// least n records (0: none).
+func (pr *pointRun) shortestFrom(n int) int {
+	best := 0
 	for k := range pr.st.inputs {
-		n = max(n, k)
+		if k >= n && (best == 0 || k < best) {
+			best = k
+		}
 	}
-	return n
+	return best
 }
 
 // ceilingRecords is the least input of the ceiling measurement.
