@@ -52,6 +52,9 @@ type Options struct {
 	// Quick runs short (CI smoke test): Duration 1.25s, CommitInterval
 	// 100ms, a two-size sweep, C at P=W=16 only, a 1.2s latency phase.
 	Quick bool
+	// FullGrid runs C over all nine P × W points instead of its diagonal
+	// (P = W).
+	FullGrid bool
 	// Repeats runs the chain and both baselines this many times,
 	// alternating (chain, DESIGN §6, strongest, chain, …); the run with the
 	// median throughput is reported. The sweep runs each size once.
@@ -267,7 +270,7 @@ func (o Options) points() []point {
 			sizes := []int{4, 16, 64}
 			for _, p := range sizes {
 				for _, wk := range sizes {
-					if o.Quick && (p != 16 || wk != 16) {
+					if (o.Quick && (p != 16 || wk != 16)) || (!o.FullGrid && p != wk) {
 						continue
 					}
 					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, p, o.CostMedian), workers: wk})

@@ -54,10 +54,8 @@ type WorkloadResult struct {
 	// checkpoint per partition, synchronous commits.
 	Strongest *DesignResult `json:"microbatch_strongest"`
 	Design6   *DesignResult `json:"microbatch_design6"`
-	// Sweep is the strongest micro-batch at each swept batch size; C uses
-	// A's choice (SweepFrom) instead.
-	Sweep     []SweepPoint `json:"sweep,omitempty"`
-	SweepFrom string       `json:"sweep_from,omitempty"`
+	// Sweep is the strongest micro-batch at each swept batch size.
+	Sweep []SweepPoint `json:"sweep,omitempty"`
 
 	Raw          *DesignResult `json:"raw,omitempty"`
 	NoopChain    *DesignResult `json:"noop_chain,omitempty"`

@@ -98,8 +98,6 @@ type harness struct {
 	o   Options
 	c   *broker
 	cfg attribution.Config
-	// chosen is the batch size workload A's sweep chose (C uses it).
-	chosen int
 }
 
 func (h *harness) progressf(format string, args ...any) {
@@ -187,13 +185,23 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
 
-	// The chain first: its throughput sizes the inputs of what follows.
-	chainRun := func(hint float64) (*DesignResult, error) {
-		return h.steady(ctx, pr, runSpec{kind: kindChain}, hint)
+	// The chain first, each variant a row (the first is the headline's):
+	// its throughput sizes the inputs of what follows.
+	variants := h.o.chainVariants()
+	for i := range variants {
+		hint := chainGuess(pt)
+		if i > 0 {
+			hint = wr.ChainVariants[0].ThroughputRPS
+		}
+		r, err := h.steady(ctx, pr, runSpec{kind: kindChain, variant: &variants[i]}, hint)
+		if err != nil {
+			return wr, err
+		}
+		wr.ChainVariants = append(wr.ChainVariants, r)
 	}
-	ch, err := chainRun(chainGuess(pt))
-	if err != nil {
-		return wr, err
+	ch := wr.ChainVariants[0]
+	if len(variants) == 1 {
+		wr.ChainVariants = nil
 	}
 	// First guesses of the baselines' throughput, from the chain's (the
 	// earlier benchmark's ratios); each run sizes the next.
@@ -205,21 +213,10 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	if err != nil {
 		return wr, err
 	}
-	var strong *DesignResult
-	if pt.name == "C" && h.chosen > 0 {
-		wr.SweepFrom = fmt.Sprintf("workload A's sweep chose %d", h.chosen)
-		strong, err = h.steady(ctx, pr, runSpec{kind: kindStrongest, batch: h.chosen}, strongHint)
-		if err != nil {
-			return wr, err
-		}
-	} else {
-		wr.Sweep, strong, err = h.sweep(ctx, pr, strongHint)
-		if err != nil {
-			return wr, err
-		}
-		if pt.name == "A" {
-			h.chosen = strong.BatchSize
-		}
+	sweep, strong, err := h.sweep(ctx, pr, strongHint)
+	wr.Sweep = sweep
+	if err != nil {
+		return wr, err
 	}
 	chains, d6s, strongs := []*DesignResult{ch}, []*DesignResult{d6}, []*DesignResult{strong}
 	for range h.o.Repeats - 1 {
@@ -228,7 +225,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 			to   *[]*DesignResult
 			n    int
 		}{
-			{runSpec{kind: kindChain}, &chains, ch.Records},
+			{runSpec{kind: kindChain, variant: &variants[0]}, &chains, ch.Records},
 			{runSpec{kind: kindDesign6, batch: h.o.BatchSize}, &d6s, d6.Records},
 			{runSpec{kind: kindStrongest, batch: strong.BatchSize}, &strongs, strong.Records},
 		} {
@@ -240,6 +237,9 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		}
 	}
 	wr.Chain, wr.Design6, wr.Strongest = median(chains), median(d6s), median(strongs)
+	if len(wr.ChainVariants) > 0 {
+		wr.ChainVariants[0] = wr.Chain
+	}
 	wr.limits(pr, h.o.BatchSize)
 
 	if pt.ceiling {
@@ -268,17 +268,19 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 // (at least one ladder step longer). Runs shorter than Duration are sizing
 // runs, not results. With Options.Records the prefix is fixed.
 func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint float64) (*DesignResult, error) {
-	n := h.o.Records
+	o := h.o
+	o.Duration = o.leastDuration(s.variant)
+	n := o.Records
 	if n == 0 {
-		n = h.o.sizeFor(hint, s.batch)
+		n = o.sizeFor(hint, s.batch)
 	}
 	for try := 0; ; try++ {
 		r, err := h.measureOn(ctx, pr, s, n)
-		if err != nil || h.o.Records > 0 || r.Steady || try >= 4 {
+		if err != nil || o.Records > 0 || r.Steady || try >= 4 {
 			return r, err
 		}
-		next := max(h.o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.2))
-		h.progressf("    %.2fs is shorter than %v: again on %d records", r.Elapsed, h.o.Duration, next)
+		next := max(o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.2))
+		h.progressf("    %.2fs is shorter than %v (or too few checkpoints): again on %d records", r.Elapsed, o.Duration, next)
 		n = next
 	}
 }
@@ -291,15 +293,58 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int)
 	}
 	s.pt, s.topic, s.ends = pr.pt, in.topic, in.ends
 	s.expect = func() *expectation { return pr.expect(in) }
+	least := h.o.leastDuration(s.variant).Seconds()
 	if h.o.Records == 0 {
-		s.minElapsed = h.o.Duration.Seconds()
+		s.minElapsed = least
 	}
 	r, err := h.measure(ctx, s)
 	if r != nil {
 		r.Records = n
-		r.Steady = r.Elapsed >= h.o.Duration.Seconds() && (!s.kind.isChain() || r.CheckpointsMost >= minCheckpoints)
+		r.Steady = r.Elapsed >= least && (!s.kind.isChain() || r.CheckpointsMost >= minCheckpoints)
+		if s.variant != nil {
+			r.Variant = s.variant.name
+		}
 	}
 	return r, err
+}
+
+// chainVariant is one configuration of the chain, measured at every point
+// as a row of its own (WorkloadResult.ChainVariants); the first is the
+// headline's. This is where further dimensions go: the gate scope (issue
+// #13: partition or key) and the delivery guarantee with its commit
+// interval (issue #12: at-least-once, exactly-once at 100ms, 1s, 5s) —
+// each a name, its chain options and, if it differs, its commit interval.
+type chainVariant struct {
+	// name labels the row ("" for the default chain).
+	name string
+	// options are added to the chain's (after the bench's own).
+	options []chain.Option
+	// commitInterval, when set, replaces Options.CommitInterval; the
+	// variant's runs then last at least 12.5 of its intervals.
+	commitInterval time.Duration
+}
+
+// chainVariants are the chain configurations Run measures.
+func (o Options) chainVariants() []chainVariant {
+	return []chainVariant{{}}
+}
+
+// commitInterval is the chain's commit interval in a run of variant v.
+func (o Options) commitInterval(v *chainVariant) time.Duration {
+	if v != nil && v.commitInterval > 0 {
+		return v.commitInterval
+	}
+	return o.CommitInterval
+}
+
+// leastDuration is how long a throughput run of variant v (nil: not the
+// chain) must last: Duration, and for a variant with a longer commit
+// interval than Options.CommitInterval, 12.5 of its intervals.
+func (o Options) leastDuration(v *chainVariant) time.Duration {
+	if v != nil && v.commitInterval > 0 {
+		return max(o.Duration, v.commitInterval*25/2)
+	}
+	return o.Duration
 }
 
 // minCheckpoints is how many checkpoints the chain's busiest partition must
@@ -418,7 +463,7 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 			batch = b.BatchSize
 		}
 		r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp, batch: batch,
-			paceRate: rate, warm: warm, measured: measured})
+			variant: &h.o.chainVariants()[0], paceRate: rate, warm: warm, measured: measured})
 		h.c.deleteTopics(topic)
 		if err != nil {
 			return err
@@ -467,7 +512,8 @@ type runSpec struct {
 	// seconds).
 	expect     func() *expectation
 	minElapsed float64
-	batch      int // micro-batch batch size
+	batch      int           // micro-batch batch size
+	variant    *chainVariant // the chain's (nil: the default chain)
 	// paceRate > 0: the latency phase (feed exp.recs[:warm] into the empty
 	// topic at once, the rest at this rate once those are complete);
 	// latency is measured for the outputs of exp.recs[warm:warm+measured].
@@ -915,10 +961,15 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
 		}
-		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting},
+		opts := []chain.Option{
 			chain.WithStore(countingStore{st, d.ev}), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
-			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.CommitInterval),
-			chain.WithObserver(chainObserver{d.prog, purchaseStage, d.ev}), chain.WithLogger(o.Logger))
+			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.commitInterval(s.variant)),
+			chain.WithObserver(chainObserver{d.prog, purchaseStage, d.ev}), chain.WithLogger(o.Logger),
+		}
+		if s.variant != nil {
+			opts = append(opts, s.variant.options...)
+		}
+		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting}, opts...)
 		if err != nil {
 			d.close()
 			return nil, err

@@ -102,8 +102,6 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		for _, s := range skipped {
 			b.WriteString(s)
 		}
-	} else if wr.SweepFrom != "" {
-		fmt.Fprintf(b, "  strongest micro-batch: %s\n", wr.SweepFrom)
 	}
 
 	b.WriteString("  throughput (each design on its own prefix of the stream, sized by time):\n")
