@@ -26,12 +26,12 @@ type Options struct {
 	// each design run consumes a prefix of the point's stream sized by its
 	// own throughput so that it lasts at least this long (sized by time,
 	// not by a record count). Default 12.5 × CommitInterval (2.5s; Quick
-	// 1.25s); at least 10 × CommitInterval, so that the chain pays ten or
+	// 0.625s); at least 10 × CommitInterval, so that the chain pays ten or
 	// more checkpoints and commits of every busy partition in every run.
 	Duration time.Duration
 	// CommitInterval is the chain's checkpoint and commit interval
-	// (chain.WithCommitInterval) in every run. Default 200ms (Quick
-	// 100ms); the engine's own default is 1s. Shorter costs the chain more
+	// (chain.WithCommitInterval) in every run. Default 200ms (Quick 50ms);
+	// the engine's own default is 1s. Shorter costs the chain more
 	// checkpoints, not fewer.
 	CommitInterval time.Duration
 	// Records, when set, fixes the prefix every design run consumes,
@@ -49,8 +49,8 @@ type Options struct {
 	// CostMedian is the median of A's and C's per-record cost (log-normal,
 	// p99/p50 = 50), simulated by waiting. Default 1ms.
 	CostMedian time.Duration
-	// Quick runs short (CI smoke test): Duration 1.25s, CommitInterval
-	// 100ms, a two-size sweep, C at P=W=16 only, a 1.2s latency phase.
+	// Quick runs short (CI smoke test): CommitInterval 50ms (so Duration
+	// 0.625s), a two-size sweep, C at P=W=16 only, a 1s latency phase.
 	Quick bool
 	// FullGrid runs C over all nine P × W points instead of its diagonal
 	// (P = W).
@@ -96,7 +96,7 @@ type Options struct {
 	LatencyLoad float64
 	// LatencyDuration is how long the latency phase feeds the input whose
 	// latency it measures (then up to 1s more, not measured). Default 6s
-	// (Quick 1.2s).
+	// (Quick 1s).
 	LatencyDuration time.Duration
 	// NoLatency skips the latency phase (throughput, CPU, heap and
 	// correctness only).
@@ -163,8 +163,8 @@ func (o Options) withDefaults() Options {
 	defDur(&o.IdleTimeout, 100*time.Millisecond)
 	defDur(&o.Timeout, 10*time.Minute)
 	if o.Quick {
-		defDur(&o.LatencyDuration, 1200*time.Millisecond)
-		defDur(&o.CommitInterval, 100*time.Millisecond)
+		defDur(&o.LatencyDuration, time.Second)
+		defDur(&o.CommitInterval, 50*time.Millisecond)
 	}
 	defDur(&o.LatencyDuration, 6*time.Second)
 	defDur(&o.CommitInterval, 200*time.Millisecond)

@@ -165,10 +165,10 @@ func TestLadderAndSizing(t *testing.T) {
 	o := Options{Quick: false}.withDefaults()
 	require.Equal(t, 2500*time.Millisecond, o.Duration)
 	require.Equal(t, 200*time.Millisecond, o.CommitInterval)
-	// 10,000 rec/s for 2.5s with a 25% margin, plus two batches of 500.
+	// 10,000 rec/s for 2.5s with a 25% margin, plus a batch of 500.
 	n := o.sizeFor(10_000, 500)
-	require.GreaterOrEqual(t, float64(n), 10_000*2.5*1.25+1000)
-	require.Less(t, float64(n), (10_000*2.5*1.25+1000)*1.42)
+	require.GreaterOrEqual(t, float64(n), 10_000*2.5*1.25+500)
+	require.Less(t, float64(n), (10_000*2.5*1.25+500)*1.42)
 	require.Error(t, Options{Duration: time.Second, CommitInterval: 200 * time.Millisecond}.withDefaults().validate(),
 		"a run shorter than ten checkpoint intervals is refused")
 }
