@@ -58,7 +58,12 @@
 // records (3 runs each, alternating, median; they keep no state, so the
 // steady-state rule below is for the designs), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
-// fall out of the buffer and poll Kafka themselves.
+// fall out of the buffer and poll Kafka themselves. With Options.Velocity,
+// B's throughput phase also runs the chain with the attribution chain's
+// velocity stage after the plain chain in every repeat, on the plain
+// chain's input, checked like the others (alerts included), and reports
+// its throughput ratio and added CPU and elapsed time per record
+// (velocity.go).
 //
 // # Steady state: inputs sized by time
 //

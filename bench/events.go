@@ -80,7 +80,43 @@ func (s countingStore) OpenPartition(topic string, partition int32, stages []str
 	if err != nil {
 		return nil, err
 	}
+	if cs, ok := ps.(chain.ChangelogStore); ok {
+		// Keep what a chain with a changelog needs (a variant may use one).
+		return countingChangelogPartition{cs, countingPartition{ps, partition, s.ev}}, nil
+	}
 	return countingPartition{ps, partition, s.ev}, nil
+}
+
+// countingChangelogPartition is countingPartition for a store that can
+// follow a changelog: a prepared checkpoint counts when it commits.
+type countingChangelogPartition struct {
+	chain.ChangelogStore
+	c countingPartition
+}
+
+func (p countingChangelogPartition) Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error {
+	return p.c.Checkpoint(cps, evictBefore)
+}
+
+func (p countingChangelogPartition) PrepareCheckpoint(cps []commit.Checkpoint, evictBefore time.Time) (chain.PreparedCheckpoint, error) {
+	pc, err := p.ChangelogStore.PrepareCheckpoint(cps, evictBefore)
+	if err != nil {
+		return nil, err
+	}
+	return countingPrepared{pc, p.c}, nil
+}
+
+type countingPrepared struct {
+	chain.PreparedCheckpoint
+	c countingPartition
+}
+
+func (p countingPrepared) Commit(changelogOffset int64) error {
+	if err := p.PreparedCheckpoint.Commit(changelogOffset); err != nil {
+		return err
+	}
+	p.c.ev.synced(p.c.partition)
+	return nil
 }
 
 type countingPartition struct {

@@ -108,6 +108,11 @@ type Options struct {
 	Dir string
 	// Timeout bounds one design run (stall detection). Default 10m.
 	Timeout time.Duration
+	// Velocity > 0: workload B also runs the chain with the velocity stage
+	// (attribution.DefaultVelocity(Velocity)) after the plain chain in each
+	// repeat of the throughput phase, checks it, and reports its cost per
+	// record (see velocity.go). Default 0: not run.
+	Velocity time.Duration
 	// Progress receives one line per step (the CLI passes stderr). Default:
 	// discard.
 	Progress io.Writer
@@ -214,6 +219,12 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
+	if o.Velocity > 0 {
+		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

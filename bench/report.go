@@ -77,6 +77,8 @@ type WorkloadResult struct {
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
+	// Velocity is the chain with the velocity stage (Options.Velocity).
+	Velocity *VelocityResult `json:"velocity,omitempty"`
 }
 
 // SweepPoint is the strongest micro-batch at one batch size.

@@ -219,13 +219,43 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		return wr, err
 	}
 	chains, d6s, strongs := []*DesignResult{ch}, []*DesignResult{d6}, []*DesignResult{strong}
+	// The chain with the velocity stage (Options.Velocity, B only), on the
+	// plain chain's input, after it in each repeat.
+	in, err := pr.input(ch.Records)
+	if err != nil {
+		return wr, err
+	}
+	vel, velResult := h.velocitySpec(pt, in)
+	var vels []*DesignResult
+	runVelocity := func() error {
+		if vel == nil {
+			return nil
+		}
+		v, err := h.measure(ctx, *vel)
+		if err != nil {
+			return err
+		}
+		v.Records = ch.Records
+		vels = append(vels, v)
+		return nil
+	}
+	if err := runVelocity(); err != nil {
+		return wr, err
+	}
 	for range h.o.Repeats - 1 {
+		c, err := h.measureOn(ctx, pr, runSpec{kind: kindChain, variant: &variants[0]}, ch.Records)
+		if err != nil {
+			return wr, err
+		}
+		chains = append(chains, c)
+		if err := runVelocity(); err != nil {
+			return wr, err
+		}
 		for _, run := range []struct {
 			spec runSpec
 			to   *[]*DesignResult
 			n    int
 		}{
-			{runSpec{kind: kindChain, variant: &variants[0]}, &chains, ch.Records},
 			{runSpec{kind: kindDesign6, batch: h.o.BatchSize}, &d6s, d6.Records},
 			{runSpec{kind: kindStrongest, batch: strong.BatchSize}, &strongs, strong.Records},
 		} {
@@ -239,6 +269,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	wr.Chain, wr.Design6, wr.Strongest = median(chains), median(d6s), median(strongs)
 	if len(wr.ChainVariants) > 0 {
 		wr.ChainVariants[0] = wr.Chain
+	}
+	if velResult != nil {
+		velResult.Chain = median(vels)
+		velResult.finish(wr.Chain, ch.Records)
+		wr.Velocity = velResult
 	}
 	wr.limits(pr, h.o.BatchSize)
 
@@ -387,7 +422,10 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // steady-state rule is for the designs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
-	if h.o.Quick {
+	switch {
+	case h.o.Records > 0:
+		n = h.o.Records
+	case h.o.Quick:
 		n = ceilingRecords / 10
 	}
 	// An input already produced, if one is long enough.
@@ -519,6 +557,8 @@ type runSpec struct {
 	// latency is measured for the outputs of exp.recs[warm:warm+measured].
 	paceRate       float64
 	warm, measured int
+	// cfg, when set, replaces the harness's rules (the velocity runs).
+	cfg *attribution.Config
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -945,6 +985,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	}
 	lim := newLimiter(W)
 	d.lim = lim
+	cfg := h.cfg
+	if s.cfg != nil {
+		cfg = *s.cfg // the velocity runs
+	}
 	// Both designs: every processor takes a slot of the W-slot limiter
 	// around its simulated cost; every decoded record is counted.
 	costs := func(stages []chain.Stage) []chain.Stage {
@@ -956,7 +1000,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	counting := func(dec chain.Decoder) chain.Decoder { return countingDecoder{dec, d.prog} }
 
 	switch s.kind {
-	case kindChain, kindPolling:
+	case kindChain, kindPolling, kindVelocity:
 		buf := o.BufferSize
 		if s.kind == kindPolling {
 			buf = o.PollingBufferSize
@@ -964,12 +1008,12 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		opts := []chain.Option{
 			chain.WithStore(countingStore{st, d.ev}), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.commitInterval(s.variant)),
-			chain.WithObserver(chainObserver{d.prog, purchaseStage, d.ev}), chain.WithLogger(o.Logger),
+			chain.WithObserver(chainObserver{d.prog, lastStage(cfg), d.ev}), chain.WithLogger(o.Logger),
 		}
 		if s.variant != nil {
 			opts = append(opts, s.variant.options...)
 		}
-		ch, err := attribution.NewChainWith(h.cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting}, opts...)
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting}, opts...)
 		if err != nil {
 			d.close()
 			return nil, err
@@ -1010,9 +1054,15 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	return d, nil
 }
 
-// purchaseStage is the index of the attribution chain's last stage
-// (attribution.Chain: click, install, purchase).
-const purchaseStage = 2
+// lastStage is the index of the attribution chain's last stage, purchase
+// (attribution.Chain: click, install, purchase; click, velocity, install,
+// purchase with the velocity stage).
+func lastStage(cfg attribution.Config) int {
+	if cfg.Velocity.Enabled() {
+		return 3
+	}
+	return 2
+}
 
 // chainRun binds ch to the topic with the kafka adapter.
 func (h *harness) chainRun(ch *chain.Chain, topic, group string, assigned func(int)) func(context.Context) error {

@@ -173,6 +173,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
 	}
+	wr.Velocity.write(b)
 	for _, d := range []*DesignResult{wr.Chain, wr.Strongest, wr.Design6} {
 		if d != nil && d.Note != "" {
 			fmt.Fprintf(b, "  %s: %s\n", designLabel(d), d.Note)

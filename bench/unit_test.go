@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/store"
 )
 
 // referenceTopics turns the expectation into the topics a correct design
@@ -263,4 +265,22 @@ func TestWriteSVG(t *testing.T) {
 	if path := os.Getenv("BENCH_SVG_OUT"); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(svg), 0o644))
 	}
+}
+
+// TestCountingStoreKeepsTheChangelog: the chain's store wrapper counts
+// checkpoints, plain or prepared, and still lets a chain follow a changelog
+// (a chain variant may).
+func TestCountingStoreKeepsTheChangelog(t *testing.T) {
+	ev := &events{}
+	ps, err := countingStore{store.NewMemory(), ev}.OpenPartition("t", 3, []string{"a"})
+	require.NoError(t, err)
+	cs, ok := ps.(chain.ChangelogStore)
+	require.True(t, ok)
+	require.NoError(t, cs.Checkpoint([]commit.Checkpoint{{Stage: "a", Next: 1}}, time.Time{}))
+	pc, err := cs.PrepareCheckpoint([]commit.Checkpoint{{Stage: "a", Next: 2}}, time.Time{})
+	require.NoError(t, err)
+	require.NoError(t, pc.Commit(7))
+	syncs, _, most, _ := ev.window(0, time.Now().UnixNano(), 4)
+	require.Equal(t, 2, syncs)
+	require.Equal(t, 2, most)
 }

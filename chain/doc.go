@@ -56,6 +56,17 @@
 //     commit.
 //   - Bounded memory (I9): the buffer, each stage's in-flight window and the
 //     key queues are bounded by options; nothing grows with the input.
+//   - State that follows its partition (DESIGN §8, WithChangelog): a
+//     checkpoint acknowledges outputs, then appends its state changes to the
+//     partition's changelog and waits for the acknowledgement, then persists
+//     state, positions and changelog offset in one store batch, then commits
+//     positions and changelog offset to Kafka. At assignment, before any
+//     stage starts, the partition's local state is brought to the committed
+//     checkpoint (kept, caught up, or rebuilt from the changelog; records
+//     after the committed changelog offset are cancelled, never applied), so
+//     a move, a crash or a scale-out changes no result. The restore runs on
+//     the partition's goroutine, shows in Stats (PartitionStats.Restore) and
+//     stops with the partition's context.
 //
 // # Concurrency
 //

@@ -41,6 +41,7 @@ type config struct {
 	dlqTopic        string
 	maxDeadLetter   int
 	store           Store
+	changelog       Changelog
 	producer        Producer
 	logger          *slog.Logger
 	observers       []Observer
@@ -97,6 +98,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: max dead-letter size must be >= %d bytes, got %d", MinDeadLetterBytes, c.maxDeadLetter)
 	case c.logger == nil:
 		return fmt.Errorf("chain: logger must not be nil")
+	case c.changelog != nil && c.store == nil:
+		return fmt.Errorf("chain: a changelog (WithChangelog) needs a state store (WithStore)")
 	}
 	return nil
 }

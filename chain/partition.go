@@ -31,6 +31,15 @@ type partitionRun struct {
 	ps        PartitionStore // nil without a store
 	log       *slog.Logger
 
+	// With a changelog (WithChangelog): the partition's changelog, the
+	// store's changelog side, the changelog offset of the persisted state,
+	// the restore's progress and the assignment it restores.
+	clp      ChangelogPartition
+	cs       ChangelogStore
+	clOffset int64
+	restored restoreState
+	assigned Assignment
+
 	start  int64 // first offset to process; -1 until the first record is seen
 	resume []commit.Checkpoint
 	ring   *buffer.Ring[Event]
@@ -75,7 +84,13 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		}
 		p.ps = ps
 	}
-	if err := p.restore(a); err != nil {
+	if c.cfg.changelog != nil {
+		// The state is restored in run, where a revoke can interrupt it.
+		if err := p.openChangelog(a); err != nil {
+			p.close()
+			return nil, err
+		}
+	} else if err := p.restore(a); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -86,7 +101,8 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 	return p, nil
 }
 
-// restore decides where every stage resumes, from the locally persisted
+// restore decides where every stage resumes, for a chain without a
+// changelog (with one: restoreFromChangelog), from the locally persisted
 // checkpoints and the group's commit:
 //
 //   - our metadata: each stage's later position. Local positions ahead are
@@ -162,9 +178,9 @@ func (p *partitionRun) restore(a Assignment) error {
 }
 
 // dropLocalState deletes the partition's local state because it does not
-// belong to the positions the partition resumes at, and logs why. (With the
-// changelog of DESIGN §8, this is where the state is rebuilt up to the
-// committed positions instead of dropped.)
+// belong to the positions the partition resumes at, and logs why. (With a
+// changelog, restoreFromChangelog rebuilds the state up to the committed
+// positions instead.)
 func (p *partitionRun) dropLocalState(why string, args ...any) error {
 	p.log.Warn("dropping the partition's local state: "+why, args...)
 	if err := p.ps.Reset(); err != nil {
@@ -221,6 +237,11 @@ func (p *partitionRun) fatal() error {
 }
 
 func (p *partitionRun) close() {
+	if p.clp != nil {
+		if err := p.clp.Close(); err != nil {
+			p.log.Warn("closing the partition's changelog", "err", err)
+		}
+	}
 	if p.ps != nil {
 		if err := p.ps.Close(); err != nil {
 			p.log.Warn("closing partition state", "err", err)
@@ -243,6 +264,19 @@ func (p *partitionRun) run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer p.abandon(cancelWork)
 
+	if p.clp != nil {
+		if ro, ok := p.c.cfg.observer.(RestoreObserver); ok {
+			ro.RestoreStarted(p.topic, p.partition, p.stats)
+			defer ro.RestoreStopped(p.topic, p.partition)
+		}
+		if err := p.restoreFromChangelog(runCtx, p.assigned); err != nil {
+			if runCtx.Err() != nil {
+				p.log.Info("partition revoked while restoring its state; what was applied is kept")
+				return nil
+			}
+			return err
+		}
+	}
 	first, err := p.locateStart(runCtx)
 	if err != nil || p.start < 0 {
 		return err
@@ -504,7 +538,11 @@ func (p *partitionRun) snapshot() []commit.Checkpoint {
 // checkpoint persists every stage's checkpoint with its state (DESIGN I4),
 // then commits min(next) with all checkpoints as metadata (I3). The store is
 // written first: a crash between the two leaves local positions ahead of the
-// group's, which restore handles.
+// group's, which restore handles. With a changelog the order is DESIGN §8's:
+// the positions cover only records whose outputs and dead letters are
+// acknowledged (I5); the state changes go to the changelog and are
+// acknowledged; one batch persists state, positions and changelog offset;
+// the commit's metadata carries positions and changelog offset.
 func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
@@ -512,14 +550,21 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 	for i, s := range p.stages {
 		s.noteProgress(cps[i].Next)
 	}
+	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
 	if p.ps != nil {
 		// The last stage is the slowest: its watermark bounds eviction.
 		evict := EvictBefore(unixTime(cps[len(cps)-1].Watermark))
-		if err := p.ps.Checkpoint(cps, evict); err != nil {
+		if p.clp != nil {
+			off, err := p.persistWithChangelog(ctx, cps, evict)
+			if err != nil {
+				return err
+			}
+			state.Changelog = off
+		} else if err := p.ps.Checkpoint(cps, evict); err != nil {
 			return fmt.Errorf("persist checkpoint: %w", err)
 		}
 	}
-	off, md, changed, err := p.mgr.Next(cps)
+	off, md, changed, err := p.mgr.NextState(state)
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}

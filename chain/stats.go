@@ -16,7 +16,10 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
-	Stages       []StageStats
+	// Restore is how the partition's state was restored at assignment
+	// (chains with a changelog).
+	Restore RestoreStats
+	Stages  []StageStats
 }
 
 // StageStats is a snapshot of one stage of one partition.
@@ -55,6 +58,7 @@ func (p *partitionRun) stats() PartitionStats {
 		Committed:     p.committed.Load(),
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
+		Restore:       p.restored.stats(time.Now()),
 	}
 	if !p.ready.Load() {
 		return ps

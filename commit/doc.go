@@ -70,9 +70,22 @@
 //
 //	dfl1:3fb71d28:16.dn7lv69i2v40,3,0.-1
 //
-// Compatibility promise: a "dfl1:" string is never reinterpreted. A change of
+// Version 2 ([EncodeState], [DecodeState]) adds the changelog offset of a
+// chain whose state has a changelog (DESIGN §8): the partition's state at the
+// committed positions is exactly its changelog's records below that offset.
+//
+//	metadata2 = %s"dfl2:" hash ":" stage *( "," stage ) ";c" b36
+//
+// with hash and stages as in version 1 (the hash does not cover the changelog
+// offset). A chain without a changelog keeps writing version 1. Sections
+// after the stages are tagged (";c") so that a later version can add one (the
+// offsets completed above a stage's position, for exactly-once mode); the
+// decoder accepts no section it does not know, since a reader that ignored
+// one would resume in the wrong place.
+//
+// Compatibility promise: a "dfl1:" or "dfl2:" string is never reinterpreted. A change of
 // format gets a new version tag, and later versions of this package keep
-// decoding version 1. Anything the decoder does not accept — empty metadata,
+// decoding versions 1 and 2. Anything the decoder does not accept — empty metadata,
 // metadata written by another program, an unknown version, a garbled string,
 // a different stage list or offset — decodes as ok=false, never as an error or
 // a panic; the caller then starts every stage at the committed offset, which

@@ -18,6 +18,9 @@ type Manager struct {
 	// floors[i] is the lowest position stage i may report: the larger of the
 	// last committed offset and its position in the last committed metadata.
 	floors []int64
+	// clFloor is the lowest changelog offset a commit may carry: the one in
+	// the last committed metadata (NoChangelog if none).
+	clFloor int64
 }
 
 // NewManager returns the commit state of a partition whose chain has these
@@ -27,9 +30,10 @@ type Manager struct {
 // while nothing moved — call Committed(committed, thatMetadata) right after.
 func NewManager(stages []string, committed int64) *Manager {
 	m := &Manager{
-		stages: slices.Clone(stages),
-		offset: committed,
-		floors: make([]int64, len(stages)),
+		stages:  slices.Clone(stages),
+		offset:  committed,
+		floors:  make([]int64, len(stages)),
+		clFloor: NoChangelog,
 	}
 	for i := range m.floors {
 		m.floors[i] = committed
@@ -51,6 +55,17 @@ func NewManager(stages []string, committed int64) *Manager {
 // ErrInvalidCheckpoint from EncodeMetadata. On error the other results are
 // zero.
 func (m *Manager) Next(cps []Checkpoint) (offset int64, md string, changed bool, err error) {
+	return m.NextState(State{Stages: cps, Changelog: NoChangelog})
+}
+
+// NextState is Next for a chain with a changelog: the metadata also carries
+// st.Changelog (version 2). A changelog offset below the one last committed
+// is a *RegressionError too: the committed state would go back in time.
+func (m *Manager) NextState(st State) (offset int64, md string, changed bool, err error) {
+	cps := st.Stages
+	if st.Changelog < m.clFloor {
+		return 0, "", false, &RegressionError{Stage: "changelog", Next: st.Changelog, Floor: m.clFloor, Committed: m.offset}
+	}
 	if len(cps) != len(m.stages) {
 		return 0, "", false, fmt.Errorf("%w: %d checkpoints for %d stages", ErrStageMismatch, len(cps), len(m.stages))
 	}
@@ -65,7 +80,7 @@ func (m *Manager) Next(cps []Checkpoint) (offset int64, md string, changed bool,
 			offset = cp.Next
 		}
 	}
-	if md, err = EncodeMetadata(offset, cps); err != nil {
+	if md, err = EncodeState(offset, st); err != nil {
 		return 0, "", false, err
 	}
 	return offset, md, offset != m.offset || md != m.md, nil
@@ -81,13 +96,16 @@ func (m *Manager) Committed(offset int64, md string) {
 		return
 	}
 	m.offset, m.md = offset, md
-	cps, ok := DecodeMetadata(md, offset, m.stages)
+	st, ok := DecodeState(md, offset, m.stages)
 	for i := range m.floors {
 		floor := offset
 		if ok {
-			floor = cps[i].Next
+			floor = st.Stages[i].Next
 		}
 		m.floors[i] = max(m.floors[i], floor)
+	}
+	if ok {
+		m.clFloor = max(m.clFloor, st.Changelog)
 	}
 }
 

@@ -25,9 +25,9 @@ const (
 	MaxMetadataLen = 1024
 
 	// MaxStages is the largest number of stages whose metadata always fits in
-	// MaxMetadataLen, whatever the positions and watermarks. Stage names do
-	// not count: only their hash is encoded.
-	MaxStages = (MaxMetadataLen - len(metadataV1) - hashLen - 1 + 1) / maxStageLen
+	// MaxMetadataLen, whatever the positions, watermarks and changelog
+	// offset. Stage names do not count: only their hash is encoded.
+	MaxStages = (MaxMetadataLen - len(metadataV2) - hashLen - 1 + 1 - maxChangelogLen) / maxStageLen
 
 	metadataV1 = "dfl1:"
 	hashLen    = 8
@@ -78,8 +78,15 @@ func EncodeMetadata(offset int64, cps []Checkpoint) (string, error) {
 // panic, never an error — when md is empty, written by another program, of an
 // unknown version, garbled, for a different stage list or offset, or not in
 // canonical form; the caller then starts every stage at offset. When ok, every
-// Next is >= offset.
+// Next is >= offset. It reads both versions; DecodeState also returns the
+// changelog offset of version 2.
 func DecodeMetadata(md string, offset int64, stages []string) (cps []Checkpoint, ok bool) {
+	st, ok := DecodeState(md, offset, stages)
+	return st.Stages, ok
+}
+
+// decodeV1 is DecodeMetadata of version 1.
+func decodeV1(md string, offset int64, stages []string) (cps []Checkpoint, ok bool) {
 	if offset < 0 || len(stages) == 0 || len(md) > MaxMetadataLen {
 		return nil, false
 	}

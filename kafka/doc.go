@@ -30,6 +30,17 @@
 //     leader, so its fetches answer at once instead of long-polling in
 //     front of the others; opening one costs no round trip.
 //   - producer: NewProducer's own client, idempotent with acks=all.
+//   - changelog (NewChangelog, for chain.WithChangelog): two clients of its
+//     own — an idempotent acks=all producer with explicit partitions (a
+//     checkpoint's state changes to changelog partition p for input
+//     partition p, in order, acknowledged before the checkpoint persists),
+//     and a reader for restores (plain fetches of [from, to), prefetching
+//     the next response while the store applies the current one) and end
+//     offsets. NewChangelog creates the changelog topic when it is missing
+//     (the input's partition count, cleanup.policy=compact,
+//     min.compaction.lag.ms one hour) — the only topic the engine creates —
+//     and refuses one with another partition count or a deleting cleanup
+//     policy (ErrChangelogMismatch).
 //
 // # Commits
 //

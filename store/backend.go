@@ -18,6 +18,9 @@ type backend interface {
 	scan(lo, hi []byte, fn func(key []byte) bool) error
 	// newBatch starts an empty batch.
 	newBatch() batch
+	// newBatchSized starts an empty batch with room for about size bytes
+	// of keys and values (bulk writes: no growing as it fills).
+	newBatchSized(size int) batch
 }
 
 // batch is a group of writes that a backend applies atomically and durably.
@@ -29,6 +32,9 @@ type batch interface {
 	// commit applies the batch atomically, synced to stable storage before
 	// it returns, and releases it. Either all writes are applied or none.
 	commit() error
+	// commitNoSync is commit without waiting for stable storage: a crash
+	// may lose the batch (and every later one), never part of it.
+	commitNoSync() error
 	// discard releases a batch that was not committed.
 	discard()
 }

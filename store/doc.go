@@ -76,8 +76,30 @@
 //	k/<user key>                  -> <expiry: 8 bytes BE unix ns, 0 = none><user value>
 //	x/<expiry: 8 bytes BE><user key> -> empty (expiry index, expiry >= 1)
 //	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
+//	l/                            -> <1><changelog offset: 8 bytes BE><written: unix ns, 8 bytes BE>
 //
 // and m/version holds the format version (1) of a Pebble database.
+//
+// # Changelog (DESIGN §8)
+//
+// A partition is also a chain.ChangelogStore: PrepareCheckpoint builds a
+// checkpoint's batch without writing it and returns its changelog records —
+// the last write of every key the batch writes (a tombstone for a deletion),
+// then a tombstone for every key it evicts, in the batch's own order — and
+// holds the partition's checkpoint lock until Commit (the batch, with the
+// changelog offset under l/) or Abort (nothing written, writes stay
+// pending). Restore applies changelog records in unsynced batches of at
+// most 4 MiB, each recording the offset after its last record and removing
+// the stage checkpoints; FinishRestore writes the checkpoints and the
+// offset, synced. Hence, after any crash:
+//
+//	the persisted entries = the changelog's records below the persisted changelog offset, applied in order
+//
+// (a plain Checkpoint, which writes no changelog, deletes the offset).
+// Compensate and Snapshot turn persisted entries into changelog records
+// (cancelling records no commit covers; seeding a changelog). The offset's
+// value carries the wall time it was written: a restore does not catch up a
+// local state older than the changelog keeps tombstones.
 //
 // # Memory (DESIGN I9)
 //

@@ -104,6 +104,8 @@ func (be *memBackend) rangeLocked(lo, hi []byte) []string {
 
 func (be *memBackend) newBatch() batch { return &memBatch{be: be} }
 
+func (be *memBackend) newBatchSized(int) batch { return be.newBatch() }
+
 type memOpKind uint8
 
 const (
@@ -156,5 +158,7 @@ func (b *memBatch) commit() error {
 	b.ops = nil
 	return nil
 }
+
+func (b *memBatch) commitNoSync() error { return b.commit() }
 
 func (b *memBatch) discard() { b.ops = nil }

@@ -190,53 +190,95 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 
 // Checkpoint persists, in one synced batch, every stage's pending writes
 // below its Next (in the order they were made), the eviction of expired
-// entries and every stage's checkpoint. See doc.go.
+// entries and every stage's checkpoint. See doc.go. The state is then no
+// longer the image of a changelog, so the batch drops the changelog offset.
 func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error {
-	return p.checkpoint(cps, evictBefore, p.be.newBatch)
+	pc, err := p.prepare(cps, evictBefore, false)
+	if err != nil {
+		return err
+	}
+	return pc.commit(noChangelog)
 }
 
-// checkpoint is Checkpoint writing through the batch newBatch returns (a
-// member of a CheckpointAll group, or the backend's own).
-func (p *partitionStore) checkpoint(cps []commit.Checkpoint, evictBefore time.Time, newBatch func() batch) error {
+// prepare builds the batch of a checkpoint (and, with records, its changelog
+// records) and returns it holding ckpt: commit or abort releases it.
+func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time, records bool) (*prepared, error) {
+	return p.prepareIn(cps, evictBefore, records, p.be.newBatch)
+}
+
+// prepareIn is prepare building the checkpoint in the batch newBatch
+// returns (CheckpointAll's recording batch, or the backend's own).
+func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Time, records bool, newBatch func() batch) (*prepared, error) {
 	if err := p.checkCheckpoints(cps); err != nil {
-		return p.err("checkpoint", err)
+		return nil, p.err("checkpoint", err)
 	}
 	p.ckpt.Lock()
-	defer p.ckpt.Unlock()
-	defer p.clearScratch()
+	pc := &prepared{p: p, cps: cps, withRecords: records}
 
 	p.mu.Lock()
 	if p.mu.closed {
 		p.mu.Unlock()
-		return p.err("checkpoint", ErrClosed)
+		pc.release()
+		return nil, p.err("checkpoint", ErrClosed)
 	}
 	p.takeLocked(cps)
 	p.mu.Unlock()
 
 	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
-	b := newBatch()
-	p.writeFlushed(b, p.ckpt.flushed)
-	ev := expiryNanos(evictBefore)
-	evicted, complete, err := p.evict(b, p.ckpt.flushed, ev)
+	pc.b = newBatch()
+	p.writeFlushed(pc.b, p.ckpt.flushed, pc)
+	pc.ev = expiryNanos(evictBefore)
+	evicted, complete, err := p.evict(pc.b, p.ckpt.flushed, pc.ev)
 	if err != nil {
-		b.discard()
-		return p.err("checkpoint", err)
+		pc.abort()
+		return nil, p.err("checkpoint", err)
+	}
+	pc.evicted, pc.complete = evicted, complete
+	if records {
+		for _, key := range evicted {
+			pc.addRecord(key, nil)
+		}
 	}
 	for i, cp := range cps {
 		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
-		b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
+		pc.b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
 	}
-	if err := b.commit(); err != nil {
+	return pc, nil
+}
+
+// commit writes the prepared batch with the changelog offset (noChangelog:
+// the offset is deleted) and updates the in-memory state; it releases ckpt.
+func (pc *prepared) commit(changelogOffset int64) error {
+	defer pc.release()
+	pc.seal(changelogOffset)
+	if err := pc.b.commit(); err != nil {
 		// Nothing was applied and nothing was removed from the pending
 		// lists: a retry persists the same writes.
-		return p.err("checkpoint", err)
+		return pc.p.err("checkpoint", err)
 	}
-
-	p.advanceEvictedThrough(p.ckpt.flushed, ev, complete)
-	p.mu.Lock()
-	p.persistedLocked(cps, evicted)
-	p.mu.Unlock()
+	pc.applied()
 	return nil
+}
+
+// seal adds the changelog offset (noChangelog: its deletion) to the batch.
+func (pc *prepared) seal(changelogOffset int64) {
+	p := pc.p
+	kb := changelogKey(p.ckpt.kbuf[:0], p.ks)
+	if changelogOffset == noChangelog {
+		pc.b.del(kb)
+	} else {
+		pc.b.set(kb, encodeChangelogOffset(changelogOffset))
+	}
+	p.ckpt.kbuf = kb
+}
+
+// applied updates the in-memory state once the batch is persisted.
+func (pc *prepared) applied() {
+	p := pc.p
+	p.advanceEvictedThrough(p.ckpt.flushed, pc.ev, pc.complete)
+	p.mu.Lock()
+	p.persistedLocked(pc.cps, pc.evicted)
+	p.mu.Unlock()
 }
 
 // advanceEvictedThrough updates ckpt.evictedThrough after a committed batch
@@ -313,7 +355,7 @@ func mergeBySeq(dst []write, lists [][]write) []write {
 // Only the last write of each key goes into the batch: the earlier ones are
 // superseded within the same atomic batch, and a hot key (a busy user's click
 // list) can be rewritten thousands of times between two checkpoints.
-func (p *partitionStore) writeFlushed(b batch, flushed []write) {
+func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 	kb := p.ckpt.kbuf
 	if p.ckpt.lastWrite == nil {
 		p.ckpt.lastWrite = make(map[string]int)
@@ -328,6 +370,9 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write) {
 			continue
 		}
 		kb = entry(kb[:0], p.ks, w.k.key)
+		if pc.withRecords {
+			pc.addRecord(w.k.key, w.enc)
+		}
 		if w.enc == nil {
 			b.del(kb)
 			continue

@@ -164,12 +164,15 @@ func (pb *pebbleBackend) scan(lo, hi []byte, fn func(key []byte) bool) (err erro
 
 func (pb *pebbleBackend) newBatch() batch { return &pebbleBatch{pb: pb} }
 
+func (pb *pebbleBackend) newBatchSized(size int) batch { return &pebbleBatch{pb: pb, size: size} }
+
 // pebbleBatch builds a pebble.Batch lazily, so that creating one never
 // touches a closed DB.
 type pebbleBatch struct {
-	pb  *pebbleBackend
-	b   *pebble.Batch
-	err error
+	pb   *pebbleBackend
+	b    *pebble.Batch
+	err  error
+	size int // initial capacity, 0: pebble's default
 }
 
 // init creates the pebble batch on first use; a closed DB leaves b nil and
@@ -184,7 +187,11 @@ func (b *pebbleBatch) init() bool {
 		b.err = ErrClosed
 		return false
 	}
-	b.b = b.pb.mu.db.NewBatch()
+	if b.size > 0 {
+		b.b = b.pb.mu.db.NewBatchWithSize(b.size)
+	} else {
+		b.b = b.pb.mu.db.NewBatch()
+	}
 	return true
 }
 
@@ -209,7 +216,11 @@ func (b *pebbleBatch) delRange(lo, hi []byte) {
 	}
 }
 
-func (b *pebbleBatch) commit() error {
+func (b *pebbleBatch) commit() error { return b.commitWith(pebble.Sync) }
+
+func (b *pebbleBatch) commitNoSync() error { return b.commitWith(pebble.NoSync) }
+
+func (b *pebbleBatch) commitWith(opts *pebble.WriteOptions) error {
 	if !b.init() {
 		return b.err
 	}
@@ -219,7 +230,7 @@ func (b *pebbleBatch) commit() error {
 	if b.pb.mu.db == nil {
 		return ErrClosed
 	}
-	return b.b.Commit(pebble.Sync)
+	return b.b.Commit(opts)
 }
 
 func (b *pebbleBatch) discard() {

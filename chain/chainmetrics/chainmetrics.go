@@ -16,6 +16,12 @@
 //	    mode_switches,processed,skipped,dead_lettered,retries,idle_releases,in_flight,
 //	    last_progress_unix_ms}, and for followers gap_offsets and gap_ms
 //
+// and, for a chain with a changelog, from the start of the partition's
+// restore to the moment RunPartition returns:
+//
+//	differential.partition.<topic>.<partition>.{restore_records,restore_bytes,restoring}
+//	    and restore_duration_seconds (a float gauge)
+//
 // # Concurrency
 //
 // The observer is safe for the chain's concurrent partitions; the gauges may
@@ -35,7 +41,7 @@ import (
 // Option makes a chain register its partitions' gauges in r (see the
 // package doc). It may be combined with other chain.WithObserver options.
 func Option(r metrics.Registry) chain.Option {
-	return chain.WithObserver(&observer{r: r, names: map[partKey][]string{}})
+	return chain.WithObserver(&observer{r: r, names: map[partKey][]string{}, restoreNames: map[partKey][]string{}})
 }
 
 type partKey struct {
@@ -47,11 +53,15 @@ type partKey struct {
 type observer struct {
 	r metrics.Registry
 
-	mu    sync.Mutex
-	names map[partKey][]string
+	mu           sync.Mutex
+	names        map[partKey][]string
+	restoreNames map[partKey][]string
 }
 
-var _ chain.PartitionObserver = (*observer)(nil)
+var (
+	_ chain.PartitionObserver = (*observer)(nil)
+	_ chain.RestoreObserver   = (*observer)(nil)
+)
 
 func (o *observer) Begin(chain.BeginInfo)                         {}
 func (o *observer) Advanced(string, int32, int, int64, time.Time) {}
@@ -109,6 +119,45 @@ func (o *observer) PartitionStarted(topic string, partition int32, stats func() 
 	o.mu.Lock()
 	o.names[partKey{topic, partition}] = names
 	o.mu.Unlock()
+}
+
+// RestoreStarted registers the partition's restore gauges.
+func (o *observer) RestoreStarted(topic string, partition int32, stats func() chain.PartitionStats) {
+	base := fmt.Sprintf("differential.partition.%s.%d.", topic, partition)
+	restore := func(f func(*chain.RestoreStats) int64) metrics.Gauge {
+		return metrics.NewFunctionalGauge(func() int64 { ps := stats(); return f(&ps.Restore) })
+	}
+	gauges := map[string]any{
+		base + "restore_records": restore(func(r *chain.RestoreStats) int64 { return r.Records }),
+		base + "restore_bytes":   restore(func(r *chain.RestoreStats) int64 { return r.Bytes }),
+		base + "restoring": restore(func(r *chain.RestoreStats) int64 {
+			if r.Restoring {
+				return 1
+			}
+			return 0
+		}),
+		base + "restore_duration_seconds": metrics.NewFunctionalGaugeFloat64(func() float64 { return stats().Restore.Duration.Seconds() }),
+	}
+	names := make([]string, 0, len(gauges))
+	for n, g := range gauges {
+		_ = o.r.Register(n, g)
+		names = append(names, n)
+	}
+	o.mu.Lock()
+	o.restoreNames[partKey{topic, partition}] = names
+	o.mu.Unlock()
+}
+
+// RestoreStopped unregisters the partition's restore gauges.
+func (o *observer) RestoreStopped(topic string, partition int32) {
+	k := partKey{topic, partition}
+	o.mu.Lock()
+	names := o.restoreNames[k]
+	delete(o.restoreNames, k)
+	o.mu.Unlock()
+	for _, n := range names {
+		o.r.Unregister(n)
+	}
 }
 
 // PartitionStopped unregisters the partition's gauges.

@@ -48,3 +48,37 @@ func TestGaugesFollowThePartition(t *testing.T) {
 		require.Zero(t, n, "a stopped partition leaves no series behind")
 	})
 }
+
+// With a changelog, the restore gauges exist from the restore on: records
+// and bytes applied, the duration, and whether it still runs; they are gone
+// with the partition.
+func TestRestoreGauges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		keep := chain.ProcessorFunc(func(_ context.Context, pc *chain.Context, e *chain.Event) error {
+			return pc.State().Set(e.Key, e.Value, time.Time{})
+		})
+		reg := metrics.NewRegistry()
+		tt := chaintest.New(t, []chain.Stage{{Name: "a", Processor: keep}}, decoder,
+			chainmetrics.Option(reg), chain.WithIdleTimeout(time.Millisecond))
+		tt.UseChangelog()
+		tt.Start(0)
+		ts := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+		tt.Feed(0, chaintest.Rec("k1", "x", ts), chaintest.Rec("k2", "y", ts))
+		require.NoError(t, tt.Move("b", 0)) // no local state: restored from the changelog
+		tt.WaitIdle()
+		gauge := func(name string) int64 {
+			g, ok := reg.Get(name).(metrics.Gauge)
+			require.True(t, ok, "%s registered", name)
+			return g.Snapshot().Value()
+		}
+		require.Equal(t, int64(2), gauge("differential.partition.input.0.restore_records"))
+		require.Positive(t, gauge("differential.partition.input.0.restore_bytes"))
+		require.Zero(t, gauge("differential.partition.input.0.restoring"))
+		_, ok := reg.Get("differential.partition.input.0.restore_duration_seconds").(metrics.GaugeFloat64)
+		require.True(t, ok)
+		require.NoError(t, tt.Stop())
+		n := 0
+		reg.Each(func(string, any) { n++ })
+		require.Zero(t, n, "a stopped partition leaves no series behind")
+	})
+}

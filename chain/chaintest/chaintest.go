@@ -9,8 +9,14 @@
 // chain exactly as the library wires it.
 //
 // A Tester keeps its logs, commits and store across Stop/Start, so a test can
-// stop a chain (cleanly, or abruptly with Crash) and start it again to check
-// what a restart resumes from.
+// stop a chain and start it again to check what a restart resumes from.
+//
+// With UseChangelog it simulates a fleet whose state follows its partitions
+// (DESIGN §8): an in-memory Changelog shared by every chain, and a local
+// store per simulated instance; Move stops the chain and starts partitions
+// on another instance, which must restore their state from the changelog.
+// FailCommits, ResetOffset and the Changelog's FailAppends and BeforeAppend
+// inject the failures a real fleet sees.
 package chaintest
 
 import (
@@ -23,6 +29,7 @@ import (
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/store"
 )
 
 // Tester drives one chain over in-memory partitions of one topic.
@@ -44,6 +51,13 @@ type Tester struct {
 		discard bool
 		counts  map[string]int
 		maxSize int
+		// UseChangelog: the shared changelog, every simulated instance's
+		// local store, and the instance the next Start runs on.
+		changelog *Changelog
+		instances map[string]*store.Memory
+		instance  string
+		// failCommits, when > 0, makes that many next commits fail.
+		failCommits int
 	}
 
 	ch      *chain.Chain
@@ -172,6 +186,7 @@ func (t *Tester) Start(partitions ...int32) {
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
 	}, t.opts...)
+	opts = append(opts, t.changelogOptions()...)
 	ch, err := t.build(opts...)
 	if err != nil {
 		t.tb.Fatalf("chaintest: %v", err)
@@ -185,15 +200,15 @@ func (t *Tester) Start(partitions ...int32) {
 		cs := t.mu.commits[p]
 		t.mu.Unlock()
 		a := chain.Assignment{Topic: t.topic, Partition: p, Committed: -1, Source: l, Committer: committer{t, p}}
+		// The claim starts at the committed offset or, with none, at the
+		// log's beginning, like a group with auto.offset.reset=earliest.
+		cursor := l.Start()
 		if n := len(cs); n > 0 {
 			a.Committed, a.Metadata = cs[n-1].Offset, cs[n-1].Metadata
-		} else {
-			// A tester partition starts at the log's beginning, like a
-			// group with auto.offset.reset=earliest.
-			a.Committed = l.Start()
+			cursor = max(a.Committed, 0)
 		}
 		l.mu.Lock()
-		l.cursor = max(a.Committed, 0) // the claim starts at the committed offset
+		l.cursor = cursor
 		l.onFetch = t.changed.notify
 		l.mu.Unlock()
 		t.running = append(t.running, p)
@@ -303,6 +318,27 @@ func (t *Tester) Outputs(topic string) []chain.Message {
 	return out
 }
 
+// errInjectedCommit is the error of a commit FailCommits fails.
+var errInjectedCommit = errors.New("chaintest: injected commit failure")
+
+// FailCommits makes the next n commits fail (as a commit refused by the
+// group coordinator would): the chain has persisted the checkpoint locally,
+// and Kafka does not have it.
+func (t *Tester) FailCommits(n int) {
+	t.mu.Lock()
+	t.mu.failCommits = n
+	t.mu.Unlock()
+}
+
+// ResetOffset commits offset for partition p with empty metadata, as
+// kafka-consumer-groups --reset-offsets does (use it while the chain is
+// stopped): the next Start resumes every stage there.
+func (t *Tester) ResetOffset(p int32, offset int64) {
+	t.mu.Lock()
+	t.mu.commits[p] = append(t.mu.commits[p], Commit{Offset: offset})
+	t.mu.Unlock()
+}
+
 // Commits returns the commits made for partition p, oldest first.
 func (t *Tester) Commits(p int32) []Commit {
 	t.mu.Lock()
@@ -389,6 +425,11 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, offset int64, md string) error {
 	c.t.mu.Lock()
+	if c.t.mu.failCommits > 0 {
+		c.t.mu.failCommits--
+		c.t.mu.Unlock()
+		return errInjectedCommit
+	}
 	prev := c.t.mu.commits[c.p]
 	if n := len(prev); n > 0 && offset < prev[n-1].Offset {
 		c.t.mu.Unlock()

@@ -55,6 +55,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.Store, "store", "", "state store: pebble or memory (default pebble)")
 	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble stores (default the system's temporary directory)")
 	fs.Var(durationValue{&o.Timeout}, "timeout", "bound on one design run, a `duration` (default 10m)")
+	fs.Var(durationValue{&o.Velocity}, "velocity-window", "also run B's chain with the velocity stage over this `duration` (threshold 20) and report its cost per record (default 0: not)")
 	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -110,7 +111,7 @@ func checkBenchOptions(o *bench.Options) error {
 		return usagef("--polling-buffer must be >= 2, got %d", o.PollingBufferSize)
 	case o.LatencyLoad < 0 || o.LatencyLoad > 1:
 		return usagef("--latency-load must be in (0, 1], got %v", o.LatencyLoad)
-	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Duration < 0 || o.CommitInterval < 0:
+	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Duration < 0 || o.CommitInterval < 0 || o.Velocity < 0:
 		return usagef("durations must be >= 0")
 	case slices.ContainsFunc(o.SweepBatchSizes, func(n int) bool { return n <= 0 }):
 		return usagef("--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)

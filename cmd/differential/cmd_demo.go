@@ -29,6 +29,7 @@ type demoOptions struct {
 	maxRecordBytes int
 	logFormat      string
 	logLevel       string
+	velocity       velocityOptions
 }
 
 // Demo topics and group on the embedded broker.
@@ -37,6 +38,11 @@ const (
 	demoOutput = "attributions"
 	demoDLQ    = "events-dlq"
 	demoGroup  = "differential-demo"
+	// demoAlerts is the alerts topic with --velocity-window (unless --alerts).
+	demoAlerts = "velocity-alerts"
+	// demoClickSpam is the workload's ClickSpamFrac with --velocity-window,
+	// so that the velocity stage has click spam to alert on.
+	demoClickSpam = 0.002
 )
 
 const demoSynopsis = `Starts an in-process Kafka broker, generates an attribution workload (skewed
@@ -44,7 +50,9 @@ users, late clicks, duplicates, malformed records), produces it, runs the
 click -> install -> purchase chain on it (kafka.Run, Pebble state in a temporary
 directory) with live progress on stderr, and when every stage of every
 partition has reached the end, prints a report and verifies every output and
-dead letter against the reference model. Exits 1 if the verification fails.`
+dead letter against the reference model. Exits 1 if the verification fails.
+With --velocity-window, the chain has the velocity stage, the workload has
+click-spam bursts, and the alerts are verified too.`
 
 func demoCmd(ctx context.Context, args []string, e *env) error {
 	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, maxRecordBytes: 64 << 10,
@@ -56,8 +64,16 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
+	o.velocity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	o.velocity.noteSet(fs)
+	if err := o.velocity.validate(); err != nil {
+		return err
+	}
+	if a := o.velocity.alerts; a == demoInput || a == demoDLQ {
+		return usagef("--alerts must differ from the demo's input and dead-letter topics (%s, %s)", demoInput, demoDLQ)
 	}
 	switch {
 	case o.records < 1:
@@ -89,7 +105,12 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
 	w := e.stderr
 	p := int32(o.partitions)
-	cluster, err := embedded.Start(embedded.Topic(demoInput, p), embedded.Topic(demoOutput, p), embedded.Topic(demoDLQ, 1))
+	topics := []embedded.Opt{embedded.Topic(demoInput, p), embedded.Topic(demoOutput, p), embedded.Topic(demoDLQ, 1)}
+	alerts := o.alertsTopic()
+	if alerts != "" && alerts != demoOutput {
+		topics = append(topics, embedded.Topic(alerts, p))
+	}
+	cluster, err := embedded.Start(topics...)
 	if err != nil {
 		return err
 	}
@@ -100,6 +121,10 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 
 	wcfg := workload.DefaultConfig()
 	wcfg.Records, wcfg.Partitions, wcfg.Seed, wcfg.Topic, wcfg.MaxRecordBytes = o.records, o.partitions, o.seed, demoInput, o.maxRecordBytes
+	if alerts != "" {
+		wcfg.ClickSpamFrac = demoClickSpam
+		fmt.Fprintf(w, "velocity stage on (%s); alerts to %s\n", o.velocity.describe(), alerts)
+	}
 	t := time.Now()
 	res := demoResult{recs: workload.Generate(wcfg)}
 	res.generated = time.Since(t)
@@ -107,6 +132,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 
 	rules := attribution.DefaultConfig()
 	rules.MaxRecordBytes = o.maxRecordBytes
+	rules.Velocity = o.velocity.config()
 	sc := baseSarama(sarama.V3_0_0_0, o.maxRecordBytes)
 	// The topic is fresh: every record lands at its planned offset, so the
 	// input partitions are workload.Split of the records.
@@ -123,7 +149,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 		return err
 	}
 	t = time.Now()
-	outputs, dead, err := readResults(ctx, brokers, sc)
+	outputs, dead, err := readResults(ctx, brokers, sc, alerts)
 	if err != nil {
 		return err
 	}
@@ -168,7 +194,7 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	// generated log should not wait a second.
 	settings := defaultEngineSettings()
 	settings.idleTimeout, settings.keyConcurrency = 250*time.Millisecond, o.keyConcurrency
-	settings.output, settings.dlq = demoOutput, demoDLQ
+	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
 	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
 	if err != nil {
 		return err
@@ -261,8 +287,20 @@ func allAtEnd(stats []chain.PartitionStats, ends []int64) bool {
 	return seen == want
 }
 
-// readResults reads the output and dead-letter topics back.
-func readResults(ctx context.Context, brokers []string, sc *sarama.Config) (outputs, dead []reference.Written, err error) {
+// alertsTopic is the demo's alerts topic, "" without the velocity stage.
+func (o *demoOptions) alertsTopic() string {
+	switch {
+	case o.velocity.window <= 0:
+		return ""
+	case o.velocity.alerts != "":
+		return o.velocity.alerts
+	}
+	return demoAlerts
+}
+
+// readResults reads the output and dead-letter topics back, and the alerts
+// topic (when not "" or the output topic) with the outputs.
+func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alerts string) (outputs, dead []reference.Written, err error) {
 	c := *sc
 	c.MetricRegistry = metrics.NewRegistry()
 	c.Consumer.MaxWaitTime = 20 * time.Millisecond // closing a partition consumer waits for its fetch
@@ -279,6 +317,13 @@ func readResults(ctx context.Context, brokers []string, sc *sarama.Config) (outp
 	if dead, err = readTopic(ctx, client, demoDLQ); err != nil {
 		return nil, nil, err
 	}
+	if alerts != "" && alerts != demoOutput {
+		more, err := readTopic(ctx, client, alerts)
+		if err != nil {
+			return nil, nil, err
+		}
+		outputs = append(outputs, more...)
+	}
 	return outputs, dead, nil
 }
 
@@ -289,11 +334,19 @@ func (o *demoOptions) report(w io.Writer, r *demoResult) {
 		count(n), o.partitions, o.seed, o.keyConcurrency)
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(w, "  records in      %s (%s)\n", count(n), kindSummary(r.recs))
-	fmt.Fprintf(w, "  throughput      %s records/s through 3 stages: processed in %s, from the group join to the last stage's last record\n",
-		rate(float64(n)/r.processed.Seconds()), ms(r.processed))
+	stages := 3
+	if o.velocity.window > 0 {
+		stages = 4
+	}
+	fmt.Fprintf(w, "  throughput      %s records/s through %d stages: processed in %s, from the group join to the last stage's last record\n",
+		rate(float64(n)/r.processed.Seconds()), stages, ms(r.processed))
 	fmt.Fprintf(w, "  timings         generate %s, produce %s, process %s, stop %s, read back and verify %s; total %s\n",
 		ms(r.generated), ms(r.produced), ms(r.processed), ms(r.stopped), ms(r.verified), ms(r.total))
-	fmt.Fprintf(w, "  outputs         %s (installs %s, purchases %s)\n", count(v.Outputs().Distinct()), count(v.Installs.Distinct()), count(v.Purchases.Distinct()))
+	fmt.Fprintf(w, "  outputs         %s (installs %s, purchases %s)\n", count(v.Installs.Distinct()+v.Purchases.Distinct()),
+		count(v.Installs.Distinct()), count(v.Purchases.Distinct()))
+	if o.velocity.window > 0 {
+		fmt.Fprintf(w, "  alerts          %s click-velocity alerts to %s (%s)\n", count(v.Alerts.Distinct()), o.alertsTopic(), o.velocity.describe())
+	}
 	fmt.Fprintf(w, "  dead-lettered   %s\n", count(v.DeadLetters.Distinct()))
 	fmt.Fprintf(w, "  duplicates      %s skipped\n", count(v.Skipped))
 	fmt.Fprintf(w, "  verification    %s\n", v.Summary())

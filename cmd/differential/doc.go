@@ -10,15 +10,18 @@
 // from one engineSettings whose defaults are chain's) with the Pebble store, the
 // Kafka producer, one go-metrics registry shared by the engine and every sarama
 // client, and the slog logger, and hands it to kafka.Run; it serves /metrics and
-// /healthz (internal/metricshttp). produce and demo write with workload.Write; the
-// demo verifies with reference.Check. It adds no engine behaviour.
+// /healthz (internal/metricshttp). With --velocity-window (velocityflags.go) the
+// chain has the velocity stage, its alerts go to --alerts and its metrics to the
+// same registry; the demo then also verifies the alerts. produce and demo write
+// with workload.Write; the demo verifies with reference.Check. It adds no engine
+// behaviour.
 //
 // Guarantees: exit 0 on success and after a clean stop (the first SIGTERM or
 // SIGINT cancels the context; kafka.Run drains every partition and makes the
 // final commits; a second signal kills the process at once); exit 1 on a
 // fatal error, a missing topic, or a failed demo verification; exit 2 on bad
 // flags or a bad configuration file, with a message naming the flag or key.
-// `run` checks that its three topics exist before it opens the store.
+// `run` checks that its topics exist (and --alerts) before it opens the store.
 //
 // Settings: every flag of run and produce is also a DIFFERENTIAL_<FLAG>
 // environment variable and a key of the YAML --config file, with the

@@ -21,6 +21,9 @@ type engineSettings struct {
 	commitInterval time.Duration
 	shutdown       time.Duration
 	output, dlq    string
+	// alerts is the velocity stage's topic ("" = output), when the rules'
+	// Velocity is enabled.
+	alerts string
 }
 
 // defaultEngineSettings are the chain's defaults, strict partition order,
@@ -34,7 +37,8 @@ func defaultEngineSettings() engineSettings {
 }
 
 // newAttributionChain builds the click -> install -> purchase chain for the
-// rules with the store, the producer, the shared metrics registry and the
+// rules (with the velocity stage when rules.Velocity is enabled, its metrics
+// in reg) with the store, the producer, the shared metrics registry and the
 // logger.
 func newAttributionChain(rules attribution.Config, s engineSettings, st chain.Store, prod chain.Producer, reg metrics.Registry, log *slog.Logger, h hooks) (*chain.Chain, error) {
 	opts := []chain.Option{
@@ -50,7 +54,16 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		chainmetrics.Option(reg),
 		chain.WithLogger(log),
 	}
-	return attribution.NewChainWith(rules, attribution.Wiring{KeyConcurrency: s.keyConcurrency, Stages: h.wrapStages},
+	wire := func(stages []chain.Stage) []chain.Stage {
+		if vp := attribution.VelocityOf(stages); vp != nil && reg != nil {
+			vp.RegisterMetrics(reg) // for the process's lifetime, like the registry
+		}
+		if h.wrapStages != nil {
+			stages = h.wrapStages(stages)
+		}
+		return stages
+	}
+	return attribution.NewChainWith(rules, attribution.Wiring{KeyConcurrency: s.keyConcurrency, AlertsTopic: s.alerts, Stages: wire},
 		append(opts, h.chainOptions...)...)
 }
 

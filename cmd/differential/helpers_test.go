@@ -20,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
@@ -274,11 +276,22 @@ type topics struct {
 
 func newTopics(t *testing.T, partitions int32) *topics {
 	b := testbroker.New(t)
-	return &topics{
+	tp := &topics{
 		b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "group"), partitions: partitions,
 		stateDir: t.TempDir(), brokers: strings.Join(b.Addrs(), ","),
 	}
+	if b.Real() {
+		// run creates the changelog topic; the broker helper deletes only
+		// the topics it created.
+		t.Cleanup(func() {
+			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
+				_ = admin.DeleteTopic(kafka.ChangelogTopic(tp.group, tp.in))
+				_ = admin.Close()
+			}
+		})
+	}
+	return tp
 }
 
 // testRecordBytes keeps the workload's oversized records small.

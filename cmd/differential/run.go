@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/metricshttp"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
@@ -49,7 +50,22 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	// Closed after kafka.Run returned: every output of a committed record
 	// is acknowledged by then, so Close has nothing left to flush.
 	defer closeLogged(log, "producer", prod)
-	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, e.hooks)
+	h := e.hooks
+	if o.changelog {
+		// The only topic run creates: with the input's partition count,
+		// compacted; an existing one is checked (exit 1 on a mismatch).
+		cl, err := kafka.NewChangelog(ctx, kafka.ChangelogConfig{
+			Brokers: o.brokers, InputTopic: o.topic, Group: o.group, Topic: o.changelogName(),
+			Sarama: sc, Security: o.security, Logger: log, Registry: reg,
+		})
+		if err != nil {
+			return err
+		}
+		// Closed after kafka.Run returned: every append was acknowledged.
+		defer closeLogged(log, "changelog", cl)
+		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
+	}
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}
@@ -61,11 +77,20 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		}
 		defer stop()
 	}
+	changelog := "off"
+	if o.changelog {
+		changelog = o.changelogName()
+	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
-		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "key_concurrency", o.keyConcurrency)
+		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
+		"assignor", o.assignor, "key_concurrency", o.keyConcurrency)
+	if o.velocity.window > 0 {
+		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
+			"alerts", o.velocity.alertsTopic(o.output))
+	}
 	err = kafka.Run(ctx, ch, kafka.Config{
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
-		Sarama: sc, Security: o.security, Logger: log, Registry: reg,
+		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
 	})
 	if err != nil {
@@ -89,7 +114,7 @@ func (o *runOptions) preflight(sc *sarama.Config) error {
 		return fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, o.security))
 	}
 	defer func() { _ = client.Close() }()
-	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}})
+	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}, {"alerts", o.velocity.alerts}})
 	return err
 }
 

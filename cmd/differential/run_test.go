@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/kafka"
 )
 
 // TestProduceRunStopRestart is the in-process end-to-end test: `produce`,
@@ -183,4 +186,37 @@ func TestStateDirInUse(t *testing.T) {
 	require.Equal(t, exitFatal, code, errs)
 	require.Contains(t, errs, want)
 	require.Equal(t, exitOK, first.stop(t), tail(first.err.String()))
+}
+
+// TestRunChangelogTopic: run creates the changelog topic when it is missing
+// (the input's partition count, compacted) and refuses one that cannot hold
+// the state, with exit 1 and a message saying why.
+func TestRunChangelogTopic(t *testing.T) {
+	tp := newTopics(t, 4)
+	tp.produce(t, 200, 3)
+
+	twoParts := tp.b.Topic(t, 2)
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--changelog-topic", twoParts)...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, "has 2 partitions, the input topic")
+
+	deleting := tp.b.Topic(t, 4) // cleanup.policy=delete
+	code, _, errs = runCLI(t, hooks{}, tp.runArgs("--changelog-topic", deleting)...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, `cleanup.policy="delete", want compact`)
+
+	code, _, errs = runCLI(t, hooks{}, tp.runArgs("--changelog-topic", "bad name")...)
+	require.Equal(t, exitUsage, code, errs)
+	require.Contains(t, errs, "--changelog-topic")
+
+	// Missing: created, and the run goes on to the end.
+	tp.runToEnd(t)
+	tp.verifyOutputs(t)
+	admin, err := sarama.NewClusterAdmin(tp.b.Addrs(), tp.b.Config())
+	require.NoError(t, err)
+	defer admin.Close()
+	name := kafka.ChangelogTopic(tp.group, tp.in)
+	md, err := admin.DescribeTopics([]string{name})
+	require.NoError(t, err)
+	require.Len(t, md[0].Partitions, 4)
 }

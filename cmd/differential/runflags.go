@@ -22,6 +22,9 @@ type runOptions struct {
 	topic          string
 	group          string
 	stateDir       string
+	changelog      bool
+	changelogTopic string
+	assignor       string
 	start          string
 	kafkaVersion   string
 	lookback       time.Duration
@@ -34,6 +37,7 @@ type runOptions struct {
 	stallTimeout   time.Duration
 	logFormat      string
 	logLevel       string
+	velocity       velocityOptions
 	sec            securityFlags
 
 	version  sarama.KafkaVersion // parsed kafkaVersion
@@ -50,7 +54,8 @@ func defaultRunOptions() runOptions {
 		engineSettings: defaultEngineSettings(),
 
 		topic: "events", group: "differential-attribution",
-		stateDir: "differential-state", start: "earliest", kafkaVersion: defaultKafkaVersion,
+		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
+		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
 		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
@@ -60,7 +65,10 @@ func defaultRunOptions() runOptions {
 var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
-commit, exit 0).
+commit, exit 0). With --velocity-window, a velocity stage between click and
+install counts each user's clicks over that trailing window and writes a
+click_velocity alert to --alerts when the count first exceeds
+--velocity-threshold.
 
 ` + envHelp("DIFFERENTIAL_STATE_DIR")
 
@@ -71,7 +79,10 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
 	fs.StringVar(&o.output, "output", o.output, "output `topic` of attributed installs and purchases (must exist)")
 	fs.StringVar(&o.dlq, "dlq", o.dlq, "dead-letter `topic` (must exist); empty: invalid records are only logged")
-	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state (one per process)")
+	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
+	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
+	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")
 	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
 	fs.Var(durationValue{&o.lookback}, "lookback", "the `duration` a click may be before an install and still be matched (e.g. 7d, 36h)")
@@ -89,6 +100,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress for this `duration`")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
+	o.velocity.register(fs)
 	o.sec.register(fs)
 }
 
@@ -104,6 +116,8 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
 		return o, err
 	}
+	o.velocity.noteSet(fs)
+	o.alerts = o.velocity.alerts
 	return o, o.validate()
 }
 
@@ -128,6 +142,10 @@ func (o *runOptions) validate() error {
 		return usagef("--state-dir is required")
 	case o.output == o.topic || o.dlq == o.topic:
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
+	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
+		return usagef("--alerts must differ from the input --topic %q and the --dlq %q", o.topic, o.dlq)
+	case o.changelog && (o.changelogName() == o.topic || o.changelogName() == o.output || o.changelogName() == o.dlq || o.changelogName() == o.velocity.alerts):
+		return usagef("--changelog-topic %q must differ from --topic, --output, --dlq and --alerts", o.changelogName())
 	case o.lookback <= 0:
 		return usagef("--lookback must be > 0, got %s", o.lookback)
 	case o.lateness < 0:
@@ -155,6 +173,14 @@ func (o *runOptions) validate() error {
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
 	}
+	if err := o.velocity.validate(); err != nil {
+		return err
+	}
+	if o.changelog {
+		if err := checkTopic("changelog-topic", o.changelogName(), true); err != nil {
+			return usagef("%v (the default is <group>.<topic>.state; name one with --changelog-topic)", err)
+		}
+	}
 	v, err := parseKafkaVersion(o.kafkaVersion)
 	if err != nil {
 		return err
@@ -169,6 +195,28 @@ func (o *runOptions) validate() error {
 	return nil
 }
 
+// The --assignor values.
+const (
+	assignorSticky      = "sticky"
+	assignorCooperative = "cooperative-sticky"
+)
+
+// changelogName is the changelog topic: --changelog-topic, or the default.
+func (o *runOptions) changelogName() string {
+	if o.changelogTopic != "" {
+		return o.changelogTopic
+	}
+	return kafka.ChangelogTopic(o.group, o.topic)
+}
+
+// strategy is the group's balance strategy for --assignor.
+func (o *runOptions) strategy() sarama.BalanceStrategy {
+	if o.assignor == assignorCooperative {
+		return sarama.NewBalanceStrategyCooperativeSticky()
+	}
+	return sarama.NewBalanceStrategySticky()
+}
+
 // attribution is the rules' configuration.
 func (o *runOptions) attribution() attribution.Config {
 	a := attribution.DefaultConfig()
@@ -178,6 +226,7 @@ func (o *runOptions) attribution() attribution.Config {
 		a.DedupHorizon = o.lookback
 	}
 	a.MaxClockSkew, a.MaxRecordBytes = o.maxClockSkew, o.maxRecordBytes
+	a.Velocity = o.velocity.config()
 	return a
 }
 

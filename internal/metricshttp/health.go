@@ -17,7 +17,10 @@ import (
 //     its position has not moved for longer than StallTimeout (now −
 //     LastProgress > StallTimeout); the body names every such
 //     topic/partition/stage;
-//   - 200 otherwise (also when the member is joined but owns no partition).
+//   - 200 otherwise (also when the member is joined but owns no partition);
+//     partitions whose state is being restored from the changelog are
+//     listed as "restoring" with their progress (a restore is work, not a
+//     stall: its stages have not started).
 //
 // LastProgress is refreshed at every commit interval, so a stall is seen
 // between StallTimeout and StallTimeout plus one commit interval after the
@@ -67,7 +70,15 @@ func (h *Health) Check() (status int, body string) {
 	if len(stats) == 0 {
 		return http.StatusOK, "ok: joined, no partition assigned\n"
 	}
-	return http.StatusOK, fmt.Sprintf("ok: %d partition(s) assigned, none stalled\n", len(stats))
+	var b strings.Builder
+	fmt.Fprintf(&b, "ok: %d partition(s) assigned, none stalled\n", len(stats))
+	for _, p := range stats {
+		if r := p.Restore; r.Restoring {
+			fmt.Fprintf(&b, "restoring %s/%d: %s, changelog offset %d of [%d, %d), %d records (%d bytes) applied in %s\n",
+				p.Topic, p.Partition, r.Phase, r.Position, r.From, r.To, r.Records, r.Bytes, r.Duration.Round(time.Millisecond))
+		}
+	}
+	return http.StatusOK, b.String()
 }
 
 // Stalls returns the stalled stages of stats.

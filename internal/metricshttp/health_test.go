@@ -65,3 +65,20 @@ func TestHealthWithoutJoinedFunc(t *testing.T) {
 	status, _ = h.Check()
 	require.Equal(t, http.StatusOK, status)
 }
+
+// A partition restoring its state reports "restoring" with its progress,
+// healthy: its stages have not started, and a restore is work, not a stall.
+func TestHealthRestoring(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	stats := []chain.PartitionStats{
+		{Topic: "events", Partition: 3, Restore: chain.RestoreStats{Restoring: true, Phase: "reading",
+			From: 0, To: 1_000_000, Position: 250_000, Records: 249_000, Bytes: 9_000_000, Duration: 1500 * time.Millisecond}},
+		{Topic: "events", Partition: 4, Restore: chain.RestoreStats{Phase: "done", Records: 10}},
+	}
+	h := &Health{Stats: func() []chain.PartitionStats { return stats }, StallTimeout: time.Minute, Now: func() time.Time { return now }}
+	status, body := h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "restoring events/3: reading, changelog offset 250000 of [0, 1000000), 249000 records (9000000 bytes) applied in 1.5s")
+	require.NotContains(t, body, "events/4")
+	require.NotContains(t, body, "stalled:")
+}

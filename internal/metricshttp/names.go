@@ -27,6 +27,7 @@ const (
 var monotone = map[string]bool{
 	"commits": true, "commit_errors": true, "processed": true, "skipped": true,
 	"dead_lettered": true, "retries": true, "idle_releases": true, "mode_switches": true,
+	"restore_records": true, "restore_bytes": true,
 }
 
 // seriesOf maps a registry name to its exported family and labels.

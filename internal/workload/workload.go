@@ -37,6 +37,10 @@ type Config struct {
 	OrganicFrac         float64 // journeys without clicks
 	ReinstallFrac       float64 // journeys with a second install
 	OrphanPurchaseFrac  float64 // journeys with a purchase before any install
+	// ClickSpamFrac of journeys start with a click burst (see spam.go): the
+	// user sends 20–150 clicks within 10–60 minutes, hours before the
+	// install. Default 0 (the generator then draws exactly as before).
+	ClickSpamFrac float64
 	// LateClickFrac of clicks are produced late (after their event time by
 	// minutes to days: inside and outside small latenesses, and beyond the
 	// 7-day lookback).
@@ -67,7 +71,7 @@ func DefaultConfig() Config {
 		Users:               5_000,
 		Topic:               "events",
 		ZipfS:               1.1,
-		Start:               time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		Start:               time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC),
 		Span:                21 * 24 * time.Hour,
 		ClicksPerInstall:    3,
 		PurchasesPerInstall: 1.5,
@@ -102,7 +106,7 @@ func (c Config) Validate() error {
 		v    float64
 	}{{"HotFrac", c.HotFrac}, {"OrganicFrac", c.OrganicFrac}, {"ReinstallFrac", c.ReinstallFrac},
 		{"OrphanPurchaseFrac", c.OrphanPurchaseFrac}, {"LateClickFrac", c.LateClickFrac},
-		{"DupFrac", c.DupFrac}, {"MalformedFrac", c.MalformedFrac}} {
+		{"DupFrac", c.DupFrac}, {"MalformedFrac", c.MalformedFrac}, {"ClickSpamFrac", c.ClickSpamFrac}} {
 		check(f.v >= 0 && f.v <= 1, "%s must be in [0, 1] (got %v)", f.name, f.v)
 	}
 	check(c.DupFrac+c.MalformedFrac < 1, "DupFrac+MalformedFrac must be < 1")
@@ -119,7 +123,14 @@ func (c Config) String() string {
 		c.Seed, c.Records, c.Partitions, c.Users, c.ZipfS, c.HotPartitions, c.HotFrac,
 		c.Start.UTC().Format(time.RFC3339), c.Span, c.ClicksPerInstall, c.PurchasesPerInstall,
 		c.OrganicFrac, c.ReinstallFrac, c.OrphanPurchaseFrac, c.LateClickFrac, c.DupFrac, c.MalformedFrac,
-		c.MaxRecordBytes, c.CostMedian)
+		c.MaxRecordBytes, c.CostMedian) + c.spamString()
+}
+
+func (c Config) spamString() string {
+	if c.ClickSpamFrac == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" click-spam=%g", c.ClickSpamFrac)
 }
 
 // Record is a generated Kafka record.
@@ -431,6 +442,9 @@ func (g *gen) journey() {
 	}
 	if g.rng.Float64() < cfg.OrphanPurchaseFrac {
 		g.purchase(user, ti.Add(-g.uniform(time.Hour, day)), "purchase/orphan")
+	}
+	if cfg.ClickSpamFrac > 0 && g.rng.Float64() < cfg.ClickSpamFrac {
+		g.spam(user, ti)
 	}
 	if g.rng.Float64() >= cfg.OrganicFrac {
 		n := 1 + int(g.rng.ExpFloat64()*(cfg.ClicksPerInstall-1)+0.5)

@@ -11,16 +11,58 @@ import (
 
 // Chain returns the click → install → purchase stages (names StageClick,
 // StageInstall, StagePurchase), each filtering by Decoded.Type, for a chain
-// whose Decoder is Decoder(cfg). It panics if cfg is invalid (see
-// Config.Validate). The processors are safe for KeyConcurrency > 1; the
-// engine's follower gate must use cfg.Lateness.
-func Chain(cfg Config) []chain.Stage {
+// whose Decoder is Decoder(cfg). With cfg.Velocity enabled, the velocity
+// stage (StageVelocity, VelocityProcessor, filtering clicks) runs between
+// click and install: click → velocity → install → purchase. It panics if
+// cfg is invalid (see Config.Validate). The processors are safe for
+// KeyConcurrency > 1; the engine's follower gate must use cfg.Lateness.
+func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 	cfg.mustValidate("attribution.Chain")
-	return []chain.Stage{
+	var o chainOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	stages := []chain.Stage{
 		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg}},
 		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}},
 		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}},
 	}
+	if cfg.Velocity.Enabled() {
+		vp, err := NewVelocityProcessor(cfg, o.alertsTopic)
+		if err != nil {
+			panic("attribution.Chain: " + err.Error()) // cfg was validated above
+		}
+		stages = append(stages[:1], append([]chain.Stage{
+			{Name: StageVelocity, Filter: typeFilter(TypeClick), Processor: vp}}, stages[1:]...)...)
+	}
+	return stages
+}
+
+// ChainOption configures Chain beyond the rules.
+type ChainOption func(*chainOptions)
+
+type chainOptions struct {
+	alertsTopic string
+}
+
+// AlertsTopic sets the topic of the velocity stage's alerts. Default "":
+// the chain's output topic.
+func AlertsTopic(topic string) ChainOption {
+	return func(o *chainOptions) { o.alertsTopic = topic }
+}
+
+// VelocityOf returns the velocity stage's processor among stages (as
+// Chain returns them, possibly wrapped by the caller: it looks at the
+// stage named StageVelocity), or nil when there is none.
+func VelocityOf(stages []chain.Stage) *VelocityProcessor {
+	for _, s := range stages {
+		if s.Name == StageVelocity {
+			if vp, ok := s.Processor.(*VelocityProcessor); ok {
+				return vp
+			}
+		}
+	}
+	return nil
 }
 
 func typeFilter(typ string) func(ev *chain.Event) bool {
@@ -65,8 +107,13 @@ func sequence(cfg *Config, pc *chain.Context, ev *chain.Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return dedup(cfg, pc, e, seenKey(e.Type, e.EventID))
+}
+
+// dedup applies the duplicate rule to e with its (type, event_id) state at
+// key.
+func dedup(cfg *Config, pc *chain.Context, e *Event, key []byte) (bool, error) {
 	st := pc.State()
-	key := seenKey(e.Type, e.EventID)
 	v, ok, err := st.Get(key)
 	if err != nil {
 		return false, chain.Fatal(fmt.Errorf("attribution: get %q: %w", key, err))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/differential-dev/differential/processors/window"
 )
 
 // maxWindow bounds every duration of a Config so that sums such as
@@ -26,6 +28,69 @@ type Config struct {
 	MaxClockSkew time.Duration
 	// MaxRecordBytes is the largest record value accepted.
 	MaxRecordBytes int
+	// Velocity configures the optional velocity stage (click-spam alerts);
+	// it is off when Velocity.Window is 0 (the default).
+	Velocity VelocityConfig
+}
+
+// VelocityConfig configures the velocity stage: per user, the count of
+// non-duplicate valid clicks over a trailing event-time Window (a
+// processors/window counter), and an alert when it exceeds Threshold (see
+// VelocityProcessor for the rule).
+type VelocityConfig struct {
+	// Window is W, the counting window; 0 disables the stage. At most
+	// maxVelocitySpan with Lateness.
+	Window time.Duration
+	// Bucket is the counter's time granularity (window.Config.Bucket):
+	// Window must be a multiple of it. Required when Window > 0
+	// (DefaultVelocity uses window.DefaultBucket).
+	Bucket time.Duration
+	// Lateness: a click more than Lateness behind the stream time is not
+	// counted (window.Config.Lateness).
+	Lateness time.Duration
+	// Threshold: an alert when a user's count exceeds it (≥ 1).
+	Threshold int64
+}
+
+// maxVelocitySpan bounds Velocity.Window+Lateness so that the counter can
+// store every time the Decoder accepts (before MaxTime).
+const maxVelocitySpan = 90 * 24 * time.Hour
+
+// DefaultVelocity returns the velocity settings for window w: bucket
+// window.DefaultBucket(w) (1m for 1h), lateness w, threshold 20.
+func DefaultVelocity(w time.Duration) VelocityConfig {
+	return VelocityConfig{Window: w, Bucket: window.DefaultBucket(w), Lateness: w, Threshold: 20}
+}
+
+// Enabled reports whether the velocity stage runs.
+func (v VelocityConfig) Enabled() bool { return v.Window != 0 }
+
+func (v VelocityConfig) validate() []error {
+	if !v.Enabled() {
+		return nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("attribution: Velocity."+format, args...))
+	}
+	switch {
+	case v.Window < 0:
+		bad("Window must be >= 0 (got %v)", v.Window)
+	case v.Bucket <= 0:
+		bad("Bucket must be > 0 (got %v)", v.Bucket)
+	case v.Window%v.Bucket != 0:
+		bad("Window %v must be a multiple of Bucket %v", v.Window, v.Bucket)
+	case v.Lateness < 0:
+		bad("Lateness must be >= 0 (got %v)", v.Lateness)
+	case v.Window+v.Lateness > maxVelocitySpan:
+		bad("Window+Lateness must be at most %v (got %v)", maxVelocitySpan, v.Window+v.Lateness)
+	case (v.Window+v.Lateness)/v.Bucket > window.MaxBuckets:
+		bad("(Window+Lateness)/Bucket must be at most %d (got %d): use a coarser Bucket", window.MaxBuckets, (v.Window+v.Lateness)/v.Bucket)
+	}
+	if v.Threshold < 1 {
+		bad("Threshold must be >= 1 (got %d)", v.Threshold)
+	}
+	return errs
 }
 
 // DefaultConfig returns the defaults of DESIGN §5: Lookback 7 days,
@@ -67,6 +132,7 @@ func (c Config) Validate() error {
 	if c.MaxRecordBytes <= 0 {
 		errs = append(errs, fmt.Errorf("attribution: MaxRecordBytes must be > 0 (got %d)", c.MaxRecordBytes))
 	}
+	errs = append(errs, c.Velocity.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -290,7 +290,10 @@ func (m *sim) check(ref reference.Result) {
 	}
 	require.Equal(t, refInvalid, m.invalid, "dead-lettered offsets")
 	require.True(t, ref.StreamTime.Equal(m.s[len(m.recs)]), "final stream time")
-	for k, want := range [][]reference.Output{nil, ref.Installs, ref.Purchases} {
+	wants := map[string][]reference.Output{attribution.StageClick: nil, attribution.StageVelocity: ref.Alerts,
+		attribution.StageInstall: ref.Installs, attribution.StagePurchase: ref.Purchases}
+	for k, stage := range m.stages {
+		want := wants[stage.Name]
 		got := m.out[k]
 		if m.sched != random {
 			require.True(t, sort.SliceIsSorted(got, func(a, b int) bool { return got[a].off < got[b].off }),
@@ -341,11 +344,12 @@ func lineDiff(want, got string) string {
 
 // coverage counts what a workload exercised, from the reference results.
 type coverage struct {
-	records, invalid, dups, attributed, organic, laterWinner, purchases, purchasesAttributed int
+	records, invalid, dups, attributed, organic, laterWinner, purchases, purchasesAttributed, alerts int
 }
 
 func (c *coverage) add(recs []chain.Record, ref reference.Result) {
 	c.records += len(recs)
+	c.alerts += len(ref.Alerts)
 	c.invalid += len(ref.Invalid)
 	c.dups += len(ref.Duplicates)
 	clickOffset := map[string]int64{}
@@ -389,6 +393,10 @@ func diffConfigs() []attribution.Config {
 	later.Lateness = 3 * time.Hour
 	later.DedupHorizon = 24 * time.Hour
 	later.InstallRetention = 10 * 24 * time.Hour
+	// The velocity stage runs in two of them (click → velocity → install
+	// → purchase), with thresholds the workloads cross.
+	late.Velocity = attribution.VelocityConfig{Window: time.Hour, Bucket: time.Minute, Lateness: time.Hour, Threshold: 1}
+	later.Velocity = attribution.VelocityConfig{Window: 24 * time.Hour, Bucket: 15 * time.Minute, Lateness: 6 * time.Hour, Threshold: 3}
 	return []attribution.Config{base, late, later}
 }
 
@@ -441,6 +449,7 @@ func TestDifferential(t *testing.T) {
 	require.Positive(t, cov.laterWinner, "installs won by a click at a larger offset")
 	require.Positive(t, cov.purchasesAttributed)
 	require.Greater(t, cov.purchases, cov.purchasesAttributed)
+	require.Positive(t, cov.alerts, "velocity alerts")
 }
 
 // TestDifferentialLarge is the 100k-record, 8-partition workload.
@@ -503,9 +512,32 @@ func TestScenariosDifferential(t *testing.T) {
 	for _, l := range edgeLogs {
 		all = append(all, scenario{edge, l})
 	}
+	// The velocity stage (threshold 2 in 1h of 1m buckets, lateness 30m)
+	// at its edges: suppression exactly one window after an alert, state
+	// evicted before the user clicks again, the lateness edge, duplicates.
+	vel := edge
+	vel.Velocity = attribution.VelocityConfig{Window: time.Hour, Bucket: time.Minute, Lateness: 30 * time.Minute, Threshold: 2}
+	m := time.Minute
+	velLogs := [][]string{
+		{click("c1", "u1", 0, "A"), click("c2", "u1", m, "A"), click("c3", "u1", 2*m, "A"), install("i1", "u1", 3*m),
+			click("c4", "u1", 30*m, "A"), click("c5", "u1", 61*m, "A"), click("c6", "u1", 62*m, "A"),
+			click("c7", "u1", 62*m+1, "A"), purchase("p1", "u1", 63*m, "1")},
+		{click("c1", "u1", 0, "A"), click("c2", "u1", 0, "A"), click("c3", "u1", 0, "A"),
+			click("x1", "u2", 5*time.Hour, "X"), install("i2", "u2", 5*time.Hour), click("x2", "u2", 5*time.Hour, "X"),
+			click("c4", "u1", 5*time.Hour, "A"), click("c5", "u1", 5*time.Hour, "A"), click("c6", "u1", 5*time.Hour, "A")},
+		{click("c1", "u1", 40*m, "A"), click("c2", "u1", 45*m, "A"), click("l1", "u1", 15*m-1, "A"),
+			click("l2", "u1", 15*m, "A"), click("c3", "u1", 45*m, "A"), click("c4", "u1", 46*m, "A")},
+		{click("c1", "u1", 0, "A"), click("c1", "u1", 0, "A"), install("i1", "u1", m), click("c1", "u1", 0, "A"),
+			click("c2", "u1", 2*m, "A"), click("c2", "u1", 2*m, "A"), click("c3", "u1", 3*m, "A")},
+	}
+	for _, l := range velLogs {
+		all = append(all, scenario{vel, l})
+	}
+	alerts := 0
 	for _, sc := range all {
 		recs := recordsOf(sc.log...)
 		ref := reference.Run(recs, sc.cfg)
+		alerts += len(ref.Alerts)
 		for _, sched := range []schedule{eager, stagewise, random} {
 			for seed := uint64(0); seed < 5; seed++ {
 				m := newSim(t, recs, sc.cfg, sched, seed)
@@ -514,6 +546,7 @@ func TestScenariosDifferential(t *testing.T) {
 			}
 		}
 	}
+	require.Equal(t, 6, alerts, "velocity scenarios: c3 and c6; c3 and c6; c3; c3")
 }
 
 func BenchmarkReference(b *testing.B) {

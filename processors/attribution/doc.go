@@ -1,9 +1,11 @@
 // Package attribution is the click → install → purchase attribution chain
 // of DESIGN §5: a Decoder that validates the JSON events, and three stages
 // (Chain) whose processors match installs to clicks and purchases to
-// installs within one partition. NewChain (NewChainWith for key
-// concurrency and wrapped stages) builds the *chain.Chain wired the way
-// the rules need: the follower gate's lateness is Config.Lateness.
+// installs within one partition; and, with Config.Velocity, a fourth stage
+// between click and install that alerts on click spam (VelocityProcessor).
+// NewChain (NewChainWith for key concurrency, wrapped stages and the alerts
+// topic) builds the *chain.Chain wired the way the rules need: the follower
+// gate's lateness is Config.Lateness.
 //
 // # Rules (DESIGN §5, record for record)
 //
@@ -23,6 +25,13 @@
 //     ("latest" is read as latest in the log, i.e. largest offset, and the
 //     retention condition filters before choosing). Output with that
 //     install's id and campaign, or empty ones.
+//   - Velocity (optional, Config.Velocity, stage StageVelocity): a
+//     non-duplicate click c is counted unless S(o) − t > Velocity.Lateness;
+//     count(c) = the user's counted clicks at offsets ≤ o whose time, in
+//     Velocity.Bucket steps, is in the Window up to t's (processors/window);
+//     c raises an alert when count(c) > Threshold and no earlier click of the
+//     user raised one with A(c) − A(that click) < Window. Output: an alert
+//     (AppendAlert) to the alerts topic.
 //
 // Output records: key = user_id, value = AppendInstall / AppendPurchase
 // (DESIGN §5's field order; times in TimeFormat, RFC 3339 UTC with nine
@@ -44,10 +53,20 @@
 //	d/<type>/<event_id>       latest time of the non-duplicate records with that id
 //	                          expiry = that time + DedupHorizon
 //
+// and, with the velocity stage:
+//
+//	v/d/<event_id>            as d/click/<event_id>, for the velocity stage's own dedup
+//	v/a/<user_id>             the user's last alert: arrival watermark, offset
+//	                          expiry = that arrival + Window − 1ns
+//	w/velocity/<user_id>      the user's click counts (processors/window):
+//	                          at most (Window+Lateness)/Bucket + 1 buckets
+//	                          expiry = newest bucket + Window + Lateness − 1ns
+//
 // Values start with a version byte (1) and use varints; times are Unix
 // nanoseconds (the Decoder only accepts times strictly between MinTime and
 // MaxTime). Each key has a single writer: c/ the click stage, i/ the install
-// stage, d/<type>/ the Sequence of that type's stage, so key-parallel
+// stage, d/<type>/ the Sequence of that type's stage, v/ and w/velocity/ the
+// velocity stage, so key-parallel
 // processing (per Kafka key = user_id, which the Decoder enforces) never
 // races on a read-modify-write. The purchase stage only reads.
 //

@@ -19,8 +19,13 @@ import (
 // TestChainMatchesReferenceModel runs the attribution chain through the real
 // engine (chaintest: in-memory partitions, the in-memory store) on generated
 // workloads and checks the outputs equal the reference model's record for
-// record, each stage's outputs in the offset order of its inputs, and the
-// dead letters are exactly the invalid records.
+// record, each stage's outputs in the offset order of its inputs (of each
+// key's inputs under key-parallel processing), and the dead letters are
+// exactly the invalid records. The velocity cases run click → velocity →
+// install → purchase and check the alerts too; the restart cases stop the
+// chain cleanly after a third of the input and abandon it (outputs never
+// acknowledged: nothing of it committed, its pending state dropped) during
+// the second third, then run it to the end.
 func TestChainMatchesReferenceModel(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -29,26 +34,40 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		buffer   int
 		// slowLeaders: see the function.
 		slowLeaders bool
+		velocity    bool
+		keyParallel int
+		restarts    bool
 	}{
-		{"defaults", 0, 0, 8192, false},
-		{"lateness-10m-distance-5", 10 * time.Minute, 5, 8192, false},
-		{"tiny-buffer-polling", 0, 0, 32, false},
-		{"lateness-3h", 3 * time.Hour, 0, 256, false},
-		{"lateness-3h-tight-gate", 3 * time.Hour, 0, 8192, true},
-		{"lateness-0-tight-gate", 0, 0, 8192, true},
+		{name: "defaults", buffer: 8192},
+		{name: "lateness-10m-distance-5", lateness: 10 * time.Minute, distance: 5, buffer: 8192},
+		{name: "tiny-buffer-polling", buffer: 32},
+		{name: "lateness-3h", lateness: 3 * time.Hour, buffer: 256},
+		{name: "lateness-3h-tight-gate", lateness: 3 * time.Hour, buffer: 8192, slowLeaders: true},
+		{name: "lateness-0-tight-gate", buffer: 8192, slowLeaders: true},
+		{name: "velocity", buffer: 8192, velocity: true},
+		{name: "velocity-key-parallel-restarts", lateness: 10 * time.Minute, buffer: 256, velocity: true, keyParallel: 8, restarts: true},
+		{name: "velocity-tight-gate", buffer: 8192, slowLeaders: true, velocity: true},
+		{name: "velocity-restarts", lateness: 3 * time.Hour, buffer: 8192, velocity: true, restarts: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := attribution.DefaultConfig()
 				cfg.Lateness = tc.lateness
-				var w attribution.Wiring
+				if tc.velocity {
+					cfg.Velocity = attribution.DefaultVelocity(time.Hour)
+					cfg.Velocity.Threshold = 2
+				}
+				w := attribution.Wiring{KeyConcurrency: tc.keyParallel, AlertsTopic: "alerts"}
 				if tc.slowLeaders {
 					w.Stages = slowLeaders
 				}
-				r := runAgainstModel(t, cfg, w, chain.WithOffsetDistance(tc.distance),
+				r := runAgainstModelWith(t, cfg, w, tc.restarts, chain.WithOffsetDistance(tc.distance),
 					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)))
 				require.True(t, r.OK(), r.Summary())
+				if tc.velocity {
+					require.Greater(t, r.Alerts.Matched, 20, "the workload must raise alerts")
+				}
 			})
 		})
 	}
@@ -57,10 +76,21 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 // runAgainstModel runs attribution.NewChainWith(cfg, w, opts...) through
 // the real engine (chaintest, the in-memory store) on a generated workload
 // (6,000 records, 3 partitions, cfg.MaxRecordBytes set to its limit) and
-// checks what it wrote against the reference model: every output and dead
-// letter once, each stage's in input offset order (one stage at a time per
-// partition). It must run inside a synctest bubble.
+// checks what it wrote against the reference model: every output, alert
+// (w.AlertsTopic, when it is not the output topic) and dead letter once,
+// each stage's in input offset order (one stage at a time per partition;
+// one key's under w.KeyConcurrency > 1). It must run inside a synctest
+// bubble.
 func runAgainstModel(t *testing.T, cfg attribution.Config, w attribution.Wiring, opts ...chain.Option) *reference.Report {
+	t.Helper()
+	return runAgainstModelWith(t, cfg, w, false, opts...)
+}
+
+// runAgainstModelWith is runAgainstModel, with restarts: the chain stops
+// cleanly after a third of the input, and is abandoned during the second
+// third (its outputs never acknowledged: nothing of it is committed and its
+// pending state is dropped, as after a crash) before it runs to the end.
+func runAgainstModelWith(t *testing.T, cfg attribution.Config, w attribution.Wiring, restarts bool, opts ...chain.Option) *reference.Report {
 	t.Helper()
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 11
@@ -71,10 +101,31 @@ func runAgainstModel(t *testing.T, cfg attribution.Config, w attribution.Wiring,
 	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
 		append([]chain.Option{chain.WithStore(store.NewMemory())}, opts...)...)
 	parts := workload.Split(recs, wc.Partitions)
-	for p := range parts {
-		tt.Append(int32(p), parts[p]...)
+	all := []int32{0, 1, 2}
+	if restarts {
+		feedThird := func(k int) {
+			for p, recs := range parts {
+				n := len(recs)
+				tt.Append(int32(p), recs[k*n/3:(k+1)*n/3]...)
+			}
+		}
+		feedThird(0)
+		tt.Start(all...)
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		tt.SetAckMode(chaintest.AckHold)
+		tt.Start(all...)
+		feedThird(1)
+		synctest.Wait() // every stage waits for acknowledgements
+		require.ErrorIs(t, tt.Stop(), chain.ErrShutdownTimeout)
+		tt.SetAckMode(chaintest.AckImmediately)
+		feedThird(2)
+	} else {
+		for p := range parts {
+			tt.Append(int32(p), parts[p]...)
+		}
 	}
-	tt.Start(0, 1, 2)
+	tt.Start(all...)
 	tt.WaitIdle()
 	require.NoError(t, tt.Stop())
 
@@ -84,17 +135,33 @@ func runAgainstModel(t *testing.T, cfg attribution.Config, w attribution.Wiring,
 	for p := range parts {
 		inputs[p] = tt.Log(int32(p)).Records()
 	}
-	r := reference.Check(inputs, cfg, reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("dlq")),
-		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+	outputs := reference.FromMessages(tt.Outputs("output"))
+	if w.AlertsTopic != "" && w.AlertsTopic != "output" {
+		alerts := tt.Outputs(w.AlertsTopic)
+		outputs = append(outputs, reference.FromMessages(alerts)...)
+		if !cfg.Velocity.Enabled() {
+			require.Empty(t, alerts)
+		}
+	}
+	order := reference.StageOrder
+	if w.KeyConcurrency > 1 {
+		order = reference.KeyOrder
+	}
+	r := reference.Check(inputs, cfg, outputs, reference.FromMessages(tt.Outputs("dlq")),
+		reference.Options{Duplicates: reference.NoDuplicates, Order: order})
 	require.Greater(t, r.Outputs().Want, 1000, "the workload must produce outputs")
 	require.Positive(t, r.DeadLetters.Want)
+	if cfg.Velocity.Enabled() && w.AlertsTopic != "" {
+		require.Len(t, tt.Outputs(w.AlertsTopic), r.Alerts.Distinct(), "the alerts, and only they, go to their topic")
+	}
 	return r
 }
 
-// slowLeaders makes the click and install stages take 1ms (fake time) per
-// record, so their followers run right behind the gate.
+// slowLeaders makes every stage but the last (click and install, and
+// velocity when it runs) take 1ms (fake time) per record, so their
+// followers run right behind the gate.
 func slowLeaders(stages []chain.Stage) []chain.Stage {
-	for i := range 2 {
+	for i := range len(stages) - 1 {
 		stages[i].Processor = slow{stages[i].Processor}
 	}
 	return stages

@@ -20,6 +20,10 @@ type Wiring struct {
 	Stages func([]chain.Stage) []chain.Stage
 	// Decoder, if set, wraps Decoder(cfg) (e.g. to count decoded records).
 	Decoder func(chain.Decoder) chain.Decoder
+	// AlertsTopic is the velocity stage's alerts topic (Chain's
+	// AlertsTopic option) when cfg.Velocity is enabled; "": the chain's
+	// output topic.
+	AlertsTopic string
 }
 
 // NewChain returns the click → install → purchase chain for cfg: the stages
@@ -35,7 +39,7 @@ func NewChain(cfg Config, opts ...chain.Option) (*chain.Chain, error) {
 
 // NewChainWith is NewChain with the stages and decoder customised by w.
 func NewChainWith(cfg Config, w Wiring, opts ...chain.Option) (*chain.Chain, error) {
-	stages := Chain(cfg)
+	stages := Chain(cfg, AlertsTopic(w.AlertsTopic))
 	for i := range stages {
 		stages[i].KeyConcurrency = w.KeyConcurrency
 	}

@@ -122,6 +122,10 @@ type Report struct {
 	Partitions int // input partitions
 	Installs   Counts
 	Purchases  Counts
+	// Alerts are the velocity stage's (Config.Velocity); Check attributes
+	// them like outputs, so pass the alerts topic's records with the
+	// outputs when it differs from the output topic.
+	Alerts Counts
 	// DeadLetters: Matched dead letters carry the invalid record's
 	// original key and value, Mismatched ones do not; Unexpected ones are
 	// of records the model finds valid.
@@ -133,8 +137,8 @@ type Report struct {
 	OutputsRead, DeadLettersRead int
 	// Unattributable records name no input record: no or a malformed
 	// source header, an input partition the input does not have, or an
-	// output that is neither an install nor a purchase and that the model
-	// does not expect.
+	// output that is neither an install, a purchase nor a velocity alert
+	// and that the model does not expect.
 	Unattributable int
 	// OrderViolations counts first copies that come after a record they
 	// must precede (see Order).
@@ -144,10 +148,11 @@ type Report struct {
 	omitted  int
 }
 
-// Outputs sums the install and purchase counts.
+// Outputs sums the install, purchase and alert counts.
 func (r *Report) Outputs() Counts {
 	c := r.Installs
 	c.add(r.Purchases)
+	c.add(r.Alerts)
 	return c
 }
 
@@ -175,6 +180,9 @@ func (r *Report) Summary() string {
 		s := fmt.Sprintf("OK: in all %d partitions the outputs equal the reference model's record for record "+
 			"(%d installs, %d purchases) and every invalid record was dead-lettered (%d)",
 			r.Partitions, r.Installs.Matched, r.Purchases.Matched, r.DeadLetters.Matched)
+		if r.Alerts.Want > 0 {
+			s += fmt.Sprintf("; velocity alerts equal too (%d)", r.Alerts.Matched)
+		}
 		if n := o.IdenticalDuplicates + r.DeadLetters.IdenticalDuplicates; n > 0 {
 			s += fmt.Sprintf("; nothing lost, %d repeats, each byte-identical to its first copy", n)
 		} else {
@@ -190,7 +198,11 @@ func (r *Report) Summary() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "FAILED: %d problem(s)", r.ProblemCount())
-	fmt.Fprintf(&b, "\n    installs      %s\n    purchases     %s\n    dead letters  %s", r.Installs, r.Purchases, r.DeadLetters)
+	fmt.Fprintf(&b, "\n    installs      %s\n    purchases     %s", r.Installs, r.Purchases)
+	if r.Alerts.Want+r.Alerts.Distinct() > 0 {
+		fmt.Fprintf(&b, "\n    alerts        %s", r.Alerts)
+	}
+	fmt.Fprintf(&b, "\n    dead letters  %s", r.DeadLetters)
 	if r.Unattributable+r.OrderViolations > 0 {
 		fmt.Fprintf(&b, "\n    unattributable %d, out of order %d", r.Unattributable, r.OrderViolations)
 	}
@@ -235,6 +247,7 @@ type want struct {
 const (
 	kindInstall    = "install"
 	kindPurchase   = "purchase"
+	kindAlert      = attribution.AlertKind
 	kindDeadLetter = "dead letter"
 )
 
@@ -255,6 +268,9 @@ func Expect(inputs [][]chain.Record, cfg attribution.Config) *Expectation {
 		}
 		for _, o := range res.Purchases {
 			outs[o.Offset] = want{kind: kindPurchase, key: o.Key, value: o.Value}
+		}
+		for _, o := range res.Alerts { // clicks: no other output at their offsets
+			outs[o.Offset] = want{kind: kindAlert, key: o.Key, value: o.Value}
 		}
 		e.outputs[p] = outs
 		inv := make(map[int64]want, len(res.Invalid))
@@ -314,6 +330,7 @@ func (e *Expectation) Check(outputs, deadLetters []Written, o Options) *Report {
 	for _, res := range e.results {
 		r.Installs.Want += len(res.Installs)
 		r.Purchases.Want += len(res.Purchases)
+		r.Alerts.Want += len(res.Alerts)
 		r.DeadLetters.Want += len(res.Invalid)
 		r.Skipped += len(res.Duplicates)
 	}
@@ -388,6 +405,8 @@ func kindOf(value []byte) string {
 		return kindInstall
 	case bytes.HasPrefix(value, []byte(`{"kind":"purchase"`)):
 		return kindPurchase
+	case bytes.HasPrefix(value, []byte(`{"kind":"`+attribution.AlertKind+`"`)):
+		return kindAlert
 	}
 	return ""
 }
@@ -398,14 +417,19 @@ func (r *Report) counts(kind string) *Counts {
 		return &r.Installs
 	case kindPurchase:
 		return &r.Purchases
+	case kindAlert:
+		return &r.Alerts
 	}
 	return &r.DeadLetters
 }
 
 // what names a kind of record in problems.
 func what(kind string) string {
-	if kind == kindDeadLetter {
+	switch kind {
+	case kindDeadLetter:
 		return "dead letter"
+	case kindAlert:
+		return "velocity alert"
 	}
 	return kind + " output"
 }
@@ -496,7 +520,7 @@ func (e *Expectation) unexpected(r *Report, got map[source][]copyOf) {
 		switch first.kind {
 		case "":
 			r.Unattributable++
-			r.problemf("unexpected: %s for input %d@%d is neither an install nor a purchase output, and the reference has none: %s",
+			r.problemf("unexpected: %s for input %d@%d is neither an install, a purchase nor a velocity alert, and the reference has none: %s",
 				where(first.w, false), src.p, src.o, clip(first.w.Value))
 			continue
 		case kindDeadLetter:

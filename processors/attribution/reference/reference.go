@@ -56,6 +56,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/differential-dev/differential/chain"
@@ -81,6 +82,9 @@ type Result struct {
 	// Installs and Purchases are the stages' outputs in offset order.
 	Installs  []Output
 	Purchases []Output
+	// Alerts are the velocity stage's alerts in offset order (none unless
+	// Config.Velocity is enabled).
+	Alerts []Output
 	// Invalid are the records that fail validation, in offset order.
 	Invalid []Invalid
 	// Duplicates are the offsets of valid records that are duplicates.
@@ -331,6 +335,10 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 		}
 	}
 
+	if cfg.Velocity.Enabled() {
+		res.Alerts = velocity(rs, partition, cfg.Velocity)
+	}
+
 	// Final state: everything non-duplicate, then filtered by usability.
 	var all attribution.Snapshot
 	for _, x := range rs {
@@ -378,4 +386,64 @@ func Usable(s attribution.Snapshot, at time.Time, cfg attribution.Config) attrib
 	}
 	u.Sort()
 	return u
+}
+
+// velocity applies the velocity rule (attribution.VelocityProcessor's doc)
+// to the non-duplicate valid clicks, with a scan of the user's counted
+// clicks per click: q(x) = ⌊x/Bucket⌋ in Unix nanoseconds; a click is late
+// when S − t > Lateness; count = the user's counted clicks so far
+// (itself included) with q(t) − Window/Bucket < q(time) ≤ q(t); an alert
+// when count > Threshold and the user's last alert's arrival watermark is
+// more than Window − 1ns before this click's max(S, t).
+func velocity(rs []*rec, partition int32, v attribution.VelocityConfig) []Output {
+	b := int64(v.Bucket)
+	n := int64(v.Window) / b
+	counted := map[string][]int64{} // per user: q of each counted click
+	lastAlert := map[string]time.Time{}
+	var out []Output
+	for _, x := range rs {
+		if !x.valid || x.dup || x.ev.Type != attribution.TypeClick {
+			continue
+		}
+		t := x.ev.Time
+		if !x.s.IsZero() && x.s.Sub(t) > v.Lateness {
+			continue
+		}
+		u, q := x.ev.UserID, t.UnixNano()/b
+		counted[u] = append(counted[u], q)
+		var count int64
+		for _, c := range counted[u] {
+			if c > q-n && c <= q {
+				count++
+			}
+		}
+		if count <= v.Threshold {
+			continue
+		}
+		arrival := t
+		if x.s.After(t) {
+			arrival = x.s
+		}
+		if last, ok := lastAlert[u]; ok && arrival.Sub(last) < v.Window {
+			continue
+		}
+		lastAlert[u] = arrival
+		out = append(out, Output{Partition: partition, Offset: x.off, Key: []byte(u),
+			Value: attribution.AppendAlert(nil, attribution.AlertOutput{UserID: u, Window: windowString(v.Window),
+				Count: count, Time: t, EventID: x.ev.EventID})})
+	}
+	return out
+}
+
+// windowString is Duration.String without zero trailing units ("1h", not
+// "1h0m0s").
+func windowString(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }

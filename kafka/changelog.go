@@ -1,0 +1,581 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/kadmin"
+	"github.com/differential-dev/differential/internal/kfetch"
+)
+
+// ErrChangelogMismatch: the changelog topic exists but cannot hold the
+// chain's state (another partition count than the input, or a cleanup
+// policy that deletes records).
+var ErrChangelogMismatch = errors.New("kafka: changelog topic does not fit")
+
+// ChangelogTopic is the default changelog topic of a group's chain over an
+// input topic (DESIGN §8): "<group>.<input topic>.state".
+func ChangelogTopic(group, inputTopic string) string {
+	return group + "." + inputTopic + ".state"
+}
+
+// ChangelogConfig configures NewChangelog. Brokers, InputTopic and Group
+// are required.
+type ChangelogConfig struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string
+	// InputTopic is the chain's input topic; the changelog has its
+	// partition count, and changelog partition p holds the state of input
+	// partition p.
+	InputTopic string
+	// Group is the consumer group id (for the default topic name).
+	Group string
+	// Topic is the changelog topic. Default ChangelogTopic(Group,
+	// InputTopic).
+	Topic string
+	// Sarama is an optional base configuration (version, TLS, SASL). It is
+	// copied, never modified. The producer overrides what the changelog's
+	// guarantees depend on: idempotence, acks=all, one open request per
+	// connection, explicit partitions.
+	Sarama *sarama.Config
+	// Security configures TLS and SASL, as Config.Security does.
+	Security Security
+	// ReplicationFactor of a changelog NewChangelog creates. Default: the
+	// broker's default.
+	ReplicationFactor int16
+	// Logger receives the changelog's logs. Default: discard.
+	Logger *slog.Logger
+	// Registry, when set, becomes sarama's MetricRegistry. Default: the
+	// base's.
+	Registry metrics.Registry
+}
+
+// Changelog is the chain.Changelog on a compacted Kafka topic. It owns two
+// clients: one for reading (restores, end offsets, metadata), and the
+// idempotent producer's own, so that a restore's large fetches never delay
+// a checkpoint's acknowledgements. Safe for concurrent use.
+type Changelog struct {
+	topic      string
+	retention  time.Duration // delete.retention.ms
+	input      string
+	partitions int32
+	log        *slog.Logger
+	read       sarama.Client
+	readConf   *sarama.Config
+	prod       sarama.AsyncProducer
+	readers    sync.WaitGroup // the producer's Successes and Errors readers
+
+	mu     sync.RWMutex // held for reading while sending to prod, for writing by Close
+	closed bool
+}
+
+var (
+	_ chain.Changelog          = (*Changelog)(nil)
+	_ chain.TombstoneRetention = (*Changelog)(nil)
+)
+
+// minCompactionLag is the changelog's min.compaction.lag.ms: records stay
+// uncompacted this long, so that records appended after the committed
+// offset by an instance that crashed (which a restore never applies) cannot
+// make the log cleaner drop the committed values they supersede before the
+// next owner has restored them. (The cleaner leaves the active segment alone
+// anyway; this covers an append that crossed a segment roll.)
+const minCompactionLag = time.Hour
+
+// defaultDeleteRetention is Kafka's delete.retention.ms default.
+const defaultDeleteRetention = 24 * time.Hour
+
+// NewChangelog connects to the brokers and makes sure the changelog topic
+// can hold the chain's state: it creates it when it is missing — one
+// partition per input partition, cleanup.policy=compact — and checks it when
+// it exists (same partition count, a compacting cleanup policy that does not
+// delete). A mismatch is an error wrapping ErrChangelogMismatch that says
+// what to change. This is the only topic the engine creates.
+func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafka: ChangelogConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	}
+	if cfg.InputTopic == "" || cfg.Group == "" {
+		return nil, errors.New("kafka: ChangelogConfig needs InputTopic and Group")
+	}
+	topic := cfg.Topic
+	if topic == "" {
+		topic = ChangelogTopic(cfg.Group, cfg.InputTopic)
+	}
+	if !legalTopic.MatchString(topic) || topic == "." || topic == ".." {
+		return nil, fmt.Errorf("kafka: changelog topic %q is not a legal topic name (1-249 of a-z A-Z 0-9 . _ -); name one explicitly", topic)
+	}
+	if topic == cfg.InputTopic {
+		return nil, fmt.Errorf("kafka: the changelog topic must differ from the input topic %q", topic)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rc, pc, err := changelogConfigs(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	warnInsecure(log, rc)
+	read, err := sarama.NewClient(cfg.Brokers, rc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
+	}
+	c := &Changelog{topic: topic, input: cfg.InputTopic, log: log.With("changelog", topic), read: read, readConf: rc}
+	if c.partitions, err = c.ensure(ctx, cfg); err != nil {
+		_ = read.Close()
+		return nil, err
+	}
+	prod, err := sarama.NewAsyncProducer(cfg.Brokers, pc)
+	if err != nil {
+		_ = read.Close()
+		return nil, fmt.Errorf("kafka: changelog producer for brokers %v: %w", cfg.Brokers, err)
+	}
+	c.prod = prod
+	c.readers.Go(func() {
+		for m := range prod.Successes() {
+			if w, ok := m.Metadata.(*appendWaiter); ok {
+				w.ack(m.Offset, nil)
+			}
+		}
+	})
+	c.readers.Go(func() {
+		for pe := range prod.Errors() {
+			if w, ok := pe.Msg.Metadata.(*appendWaiter); ok {
+				w.ack(-1, pe.Err)
+			}
+		}
+	})
+	return c, nil
+}
+
+// changelogConfigs derives the reader's and the producer's configurations.
+func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err error) {
+	base, err := secured(cfg.Sarama, cfg.Security)
+	if err != nil {
+		return nil, nil, err
+	}
+	derive := func(role string) *sarama.Config {
+		sc := *base
+		if sc.ClientID == "" || sc.ClientID == "sarama" {
+			sc.ClientID = "differential"
+		}
+		sc.ClientID += "-changelog-" + role
+		if cfg.Registry != nil {
+			sc.MetricRegistry = cfg.Registry
+		}
+		if !sc.Version.IsAtLeast(sarama.V0_11_0_0) {
+			sc.Version = sarama.V0_11_0_0 // idempotence and record batches need it
+		}
+		return &sc
+	}
+	read = derive("read")
+	read.Consumer.MaxWaitTime = DefaultMaxWaitTime
+	read.Consumer.Fetch.MaxBytes = 64 << 20
+	prod = derive("producer")
+	prod.Producer.Idempotent = true
+	prod.Producer.RequiredAcks = sarama.WaitForAll
+	prod.Net.MaxOpenRequests = 1
+	prod.Producer.Retry.Max = max(prod.Producer.Retry.Max, DefaultProducerRetries)
+	prod.Producer.Return.Successes = true
+	prod.Producer.Return.Errors = true
+	prod.Producer.Partitioner = sarama.NewManualPartitioner
+	for _, c := range []struct {
+		role string
+		sc   *sarama.Config
+	}{{"reader", read}, {"producer", prod}} {
+		if err := c.sc.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("kafka: sarama configuration of the changelog %s: %w", c.role, err)
+		}
+	}
+	return read, prod, nil
+}
+
+// ensure creates the changelog when it is missing and checks it, returning
+// its partition count.
+func (c *Changelog) ensure(ctx context.Context, cfg ChangelogConfig) (int32, error) {
+	in, err := c.read.Partitions(c.input)
+	switch {
+	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+		return 0, fmt.Errorf("%w: %q on brokers %v", ErrUnknownTopic, c.input, cfg.Brokers)
+	case err != nil:
+		return 0, fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
+	}
+	want := int32(len(in))
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, c.readConf)
+	if err != nil {
+		return 0, fmt.Errorf("kafka: admin client: %w", err)
+	}
+	defer func() { _ = admin.Close() }()
+
+	_, err = c.read.Partitions(c.topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		if err := c.create(admin, want, cfg); err != nil {
+			return 0, err
+		}
+	} else if err != nil {
+		return 0, fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
+	}
+	return want, c.check(ctx, admin, want)
+}
+
+func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg ChangelogConfig) error {
+	compact, lag := "compact", strconv.FormatInt(minCompactionLag.Milliseconds(), 10)
+	detail := &sarama.TopicDetail{
+		NumPartitions:     partitions,
+		ReplicationFactor: -1,
+		ConfigEntries:     map[string]*string{"cleanup.policy": &compact, "min.compaction.lag.ms": &lag},
+	}
+	if cfg.ReplicationFactor > 0 {
+		detail.ReplicationFactor = cfg.ReplicationFactor
+	}
+	err := admin.CreateTopic(c.topic, detail, false)
+	switch {
+	case err == nil:
+		c.log.Info("created the changelog topic", "partitions", partitions, "cleanup.policy", compact, "min.compaction.lag.ms", lag)
+	case errors.Is(err, sarama.ErrTopicAlreadyExists):
+		// Another instance created it first: check it like any other.
+	default:
+		return fmt.Errorf("kafka: create changelog topic %q (%d partitions, cleanup.policy=compact): %w", c.topic, partitions, err)
+	}
+	if err := kadmin.AwaitLeaders(cfg.Brokers, c.readConf, c.topic, partitions, 30*time.Second); err != nil {
+		return fmt.Errorf("kafka: changelog topic %q: %w", c.topic, err)
+	}
+	return c.read.RefreshMetadata(c.topic)
+}
+
+// check reports a changelog that cannot hold the state: another partition
+// count than the input, or a cleanup policy that deletes old records (state
+// that was not rewritten for retention.ms would be lost).
+func (c *Changelog) check(ctx context.Context, admin sarama.ClusterAdmin, want int32) error {
+	got, err := c.read.Partitions(c.topic)
+	if err != nil {
+		return fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
+	}
+	if int32(len(got)) != want {
+		return fmt.Errorf("%w: %q has %d partitions, the input topic %q has %d: the state of input partition p lives in changelog partition p, so they must match (add partitions to the changelog, or name another changelog topic)",
+			ErrChangelogMismatch, c.topic, len(got), c.input, want)
+	}
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
+		ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
+	if err != nil {
+		return fmt.Errorf("kafka: describe changelog topic %q: %w", c.topic, err)
+	}
+	policy := ""
+	c.retention = defaultDeleteRetention
+	for _, e := range entries {
+		switch e.Name {
+		case "cleanup.policy":
+			policy = e.Value
+		case "delete.retention.ms":
+			if ms, err := strconv.ParseInt(e.Value, 10, 64); err == nil && ms >= 0 {
+				// 0 drops tombstones at the next cleaning: as short as it gets
+				// (a 0 TombstoneRetention would mean "for ever").
+				c.retention = max(time.Duration(ms)*time.Millisecond, time.Nanosecond)
+			}
+		}
+	}
+	ps := strings.Split(strings.ReplaceAll(policy, " ", ""), ",")
+	if !slices.Contains(ps, "compact") || slices.Contains(ps, "delete") {
+		return fmt.Errorf("%w: %q has cleanup.policy=%q, want compact: with deletion, state not rewritten within retention.ms is lost (kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact)",
+			ErrChangelogMismatch, c.topic, policy, c.topic)
+	}
+	return ctx.Err()
+}
+
+// TombstoneRetention implements chain.TombstoneRetention: the topic's
+// delete.retention.ms (Kafka's default, a day, when the broker names none).
+func (c *Changelog) TombstoneRetention() time.Duration { return c.retention }
+
+// Topic is the changelog topic's name.
+func (c *Changelog) Topic() string { return c.topic }
+
+// Partitions is the changelog's partition count (the input's).
+func (c *Changelog) Partitions() int32 { return c.partitions }
+
+// Partition implements chain.Changelog.
+func (c *Changelog) Partition(topic string, partition int32) (chain.ChangelogPartition, error) {
+	switch {
+	case topic != c.input:
+		return nil, fmt.Errorf("kafka: changelog %q holds the state of topic %q, not %q", c.topic, c.input, topic)
+	case partition < 0 || partition >= c.partitions:
+		return nil, fmt.Errorf("%w: input partition %d has no changelog partition (%q has %d partitions; partitions added to the input need as many in the changelog)",
+			ErrChangelogMismatch, partition, c.topic, c.partitions)
+	}
+	return &changelogPartition{c: c, partition: partition}, nil
+}
+
+// Close waits for every record handed to the producer to be acknowledged or
+// failed, then closes both clients. Idempotent.
+func (c *Changelog) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.prod.AsyncClose()
+	c.readers.Wait()
+	return c.read.Close()
+}
+
+// changelogPartition is one changelog partition.
+type changelogPartition struct {
+	c         *Changelog
+	partition int32
+}
+
+func (p *changelogPartition) Close() error { return nil }
+
+// End returns the partition's high watermark (under read_committed, its
+// last stable offset).
+func (p *changelogPartition) End(ctx context.Context) (int64, error) {
+	var end int64
+	err := p.retry(ctx, "end offset", func() error {
+		b, err := p.c.read.Leader(p.c.topic, p.partition)
+		if err != nil {
+			return err
+		}
+		req := sarama.NewOffsetRequest(p.c.readConf.Version)
+		if req.Version >= 2 {
+			req.IsolationLevel = p.c.readConf.Consumer.IsolationLevel
+		}
+		req.AddBlock(p.c.topic, p.partition, sarama.OffsetNewest, 1)
+		resp, err := b.GetAvailableOffsets(req)
+		if err != nil {
+			_ = b.Close()
+			return err
+		}
+		blk := resp.GetBlock(p.c.topic, p.partition)
+		switch {
+		case blk == nil:
+			return sarama.ErrIncompleteResponse
+		case blk.Err != sarama.ErrNoError:
+			return blk.Err
+		case len(blk.Offsets) > 0:
+			end = blk.Offsets[0]
+		default:
+			end = blk.Offset
+		}
+		return nil
+	})
+	return end, err
+}
+
+// retry runs op until it succeeds, fails for good, or ctx ends; leader
+// moves and broken connections are retried with a bounded backoff.
+func (p *changelogPartition) retry(ctx context.Context, what string, op func() error) error {
+	backoff := time.Duration(0)
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if !transientRead(err) || attempt >= 20 {
+			return fmt.Errorf("kafka: changelog %s/%d: %s: %w", p.c.topic, p.partition, what, err)
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+		p.c.log.Warn("changelog request failed; retrying", "partition", p.partition, "op", what, "err", err, "backoff", backoff)
+		_ = p.c.read.RefreshMetadata(p.c.topic)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func transientRead(err error) bool {
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrRequestTimedOut,
+			sarama.ErrNetworkException, sarama.ErrBrokerNotAvailable, sarama.ErrReplicaNotAvailable,
+			sarama.ErrOffsetNotAvailable, sarama.ErrUnknownLeaderEpoch, sarama.ErrFencedLeaderEpoch,
+			sarama.ErrNotEnoughReplicas, sarama.ErrKafkaStorageError:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, sarama.ErrClosedClient) && !errors.Is(err, kfetch.ErrLegacyFormat) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// fetched is one fetch response's records, or the read's error.
+type fetched struct {
+	recs []chain.ChangelogRecord
+	err  error
+}
+
+// Read implements chain.ChangelogPartition. One goroutine fetches the next
+// response while fn applies the current one, so that the network, sarama's
+// decoding and the store's writes overlap.
+func (p *changelogPartition) Read(ctx context.Context, from, to int64, fn func([]chain.ChangelogRecord) error) error {
+	if from >= to {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan fetched, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		defer close(ch)
+		filter := kfetch.Filter{ReadCommitted: p.c.readConf.Consumer.IsolationLevel == sarama.ReadCommitted}
+		offset, stalls := from, 0
+		for offset < to {
+			var recs []chain.ChangelogRecord
+			var next int64
+			err := p.retry(ctx, "fetch", func() error {
+				var err error
+				recs, next, err = p.fetch(&filter, offset, to)
+				return err
+			})
+			if err == nil && next == offset {
+				if stalls++; stalls == 3 {
+					err = fmt.Errorf("kafka: changelog %s/%d: a fetch at offset %d (reading up to %d) returns no records", p.c.topic, p.partition, offset, to)
+				}
+			} else {
+				stalls = 0
+			}
+			select {
+			case ch <- fetched{recs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+			offset = next
+		}
+	})
+	for f := range ch {
+		if f.err != nil {
+			return f.err
+		}
+		if len(f.recs) == 0 {
+			continue
+		}
+		if err := fn(f.recs); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// fetchBytes is the partition's byte limit of one restore fetch.
+const fetchBytes = 8 << 20
+
+// fetch sends one Fetch at offset and returns the records below to and the
+// next offset to fetch.
+func (p *changelogPartition) fetch(f *kfetch.Filter, offset, to int64) ([]chain.ChangelogRecord, int64, error) {
+	b, err := p.c.read.Leader(p.c.topic, p.partition)
+	if err != nil {
+		return nil, offset, err
+	}
+	resp, err := b.Fetch(kfetch.NewRequest(p.c.readConf, p.c.topic, p.partition, offset, fetchBytes))
+	if err != nil {
+		_ = b.Close()
+		return nil, offset, err
+	}
+	block, err := kfetch.Block(resp, p.c.topic, p.partition)
+	if err != nil {
+		return nil, offset, err
+	}
+	if end := kfetch.End(block, f.ReadCommitted); end < to {
+		return nil, offset, fmt.Errorf("%w: reading up to %d, but the partition ends at %d", sarama.ErrOffsetOutOfRange, to, end)
+	}
+	n := 0
+	for _, rs := range block.RecordsSet {
+		if rs.RecordBatch != nil {
+			n += len(rs.RecordBatch.Records)
+		}
+	}
+	recs := make([]chain.ChangelogRecord, 0, n)
+	next, err := f.Records(block, offset, to, func(batch *sarama.RecordBatch, r *sarama.Record) {
+		recs = append(recs, chain.ChangelogRecord{Offset: kfetch.Offset(batch, r), Key: r.Key, Value: r.Value})
+	})
+	return recs, min(next, to), err
+}
+
+// appendWaiter is one Append call: it collects the acknowledgements of its
+// records and the largest acknowledged offset.
+type appendWaiter struct {
+	remaining atomic.Int64
+	mu        sync.Mutex
+	last      int64
+	err       error
+	done      chan struct{}
+	once      sync.Once
+}
+
+func (w *appendWaiter) ack(offset int64, err error) {
+	w.mu.Lock()
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	w.last = max(w.last, offset)
+	w.mu.Unlock()
+	if err != nil || w.remaining.Add(-1) == 0 {
+		w.once.Do(func() { close(w.done) })
+	}
+}
+
+// Append implements chain.ChangelogPartition.
+func (p *changelogPartition) Append(ctx context.Context, recs []chain.ChangelogRecord) (int64, error) {
+	if len(recs) == 0 {
+		return p.End(ctx)
+	}
+	w := &appendWaiter{last: -1, done: make(chan struct{})}
+	w.remaining.Store(int64(len(recs)))
+	if err := p.send(ctx, recs, w); err != nil {
+		return 0, err
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("kafka: changelog %s/%d: waiting for acknowledgements: %w", p.c.topic, p.partition, ctx.Err())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return 0, fmt.Errorf("kafka: changelog %s/%d: append: %w", p.c.topic, p.partition, w.err)
+	}
+	return w.last + 1, nil
+}
+
+// send hands the records to the producer in order.
+func (p *changelogPartition) send(ctx context.Context, recs []chain.ChangelogRecord, w *appendWaiter) error {
+	p.c.mu.RLock()
+	defer p.c.mu.RUnlock()
+	if p.c.closed {
+		return fmt.Errorf("kafka: changelog %s: %w", p.c.topic, ErrProducerClosed)
+	}
+	for i := range recs {
+		m := &sarama.ProducerMessage{Topic: p.c.topic, Partition: p.partition, Key: sarama.ByteEncoder(recs[i].Key), Metadata: w}
+		if recs[i].Value != nil {
+			m.Value = sarama.ByteEncoder(recs[i].Value)
+		}
+		select {
+		case p.c.prod.Input() <- m:
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: changelog %s/%d: append: not handed over: %w", p.c.topic, p.partition, ctx.Err())
+		}
+	}
+	return nil
+}

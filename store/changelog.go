@@ -1,0 +1,331 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/commit"
+)
+
+// The changelog side of a partition's state (chain.ChangelogStore; DESIGN
+// §8). A changelog record is keyed by the user key; its value is
+//
+//	<changelogVersion 1><expiry be64><user value>
+//
+// (the stored value behind a version byte), nil for a deletion. The
+// persisted changelog offset sits under
+//
+//	l/                             -> <1><offset be64><written: unix ns be64>
+//
+// and is written in the same batch as the state it describes, so the
+// persisted entries are always the changelog's records below it applied in
+// order: a checkpoint's records are exactly its batch's entry writes and
+// evictions, in the batch's order, and Restore applies records the same way.
+
+const (
+	changelogTag     = 'l'
+	changelogVersion = 1
+	// noChangelog: Checkpoint without a changelog deletes the offset.
+	noChangelog = -1
+	// snapshotBatch is how many entries one Snapshot callback gets.
+	snapshotBatch = 4096
+)
+
+var _ chain.ChangelogStore = (*partitionStore)(nil)
+
+func changelogKey(dst []byte, ks keyspace) []byte {
+	return appendTagged(dst, ks, changelogTag, "")
+}
+
+// encodeChangelogOffset encodes a changelog offset written now (the wall
+// clock: a restore compares it with the changelog's tombstone retention).
+func encodeChangelogOffset(off int64) []byte {
+	v := binary.BigEndian.AppendUint64([]byte{changelogVersion}, uint64(off))
+	return binary.BigEndian.AppendUint64(v, uint64(time.Now().UnixNano()))
+}
+
+// changelogValue is the changelog value of an encoded stored value (nil for
+// a deletion).
+func changelogValue(enc []byte) []byte {
+	if enc == nil {
+		return nil
+	}
+	v := make([]byte, 1+len(enc))
+	v[0] = changelogVersion
+	copy(v[1:], enc)
+	return v
+}
+
+// storedValue is the stored value of a changelog value.
+func storedValue(v []byte) ([]byte, error) {
+	if len(v) < 1+expiryLen || v[0] != changelogVersion {
+		return nil, fmt.Errorf("%w: changelog value of %d bytes, version %x", ErrCorrupt, len(v), v[:min(len(v), 1)])
+	}
+	return v[1:], nil
+}
+
+// prepared is a checkpoint's batch, built and not yet written; it holds the
+// partition's ckpt lock until commit or abort.
+type prepared struct {
+	p           *partitionStore
+	cps         []commit.Checkpoint
+	b           batch
+	ev          int64
+	evicted     []string
+	complete    bool
+	withRecords bool
+	records     []chain.ChangelogRecord
+	done        bool
+}
+
+var _ chain.PreparedCheckpoint = (*prepared)(nil)
+
+// addRecord appends the changelog record of key's write (enc nil: a
+// deletion), key and value in one allocation.
+func (pc *prepared) addRecord(key string, enc []byte) {
+	n := len(key)
+	if enc != nil {
+		n += 1 + len(enc)
+	}
+	buf := make([]byte, n)
+	copy(buf, key)
+	r := chain.ChangelogRecord{Key: buf[:len(key):len(key)]}
+	if enc != nil {
+		buf[len(key)] = changelogVersion
+		copy(buf[len(key)+1:], enc)
+		r.Value = buf[len(key):]
+	}
+	pc.records = append(pc.records, r)
+}
+
+func (pc *prepared) Records() []chain.ChangelogRecord { return pc.records }
+
+func (pc *prepared) Commit(changelogOffset int64) error {
+	if pc.done {
+		return pc.p.err("checkpoint", fmt.Errorf("%w: prepared checkpoint already committed or aborted", ErrInvalid))
+	}
+	if changelogOffset < 0 {
+		pc.abort()
+		return pc.p.err("checkpoint", fmt.Errorf("%w: changelog offset %d", ErrInvalid, changelogOffset))
+	}
+	return pc.commit(changelogOffset)
+}
+
+func (pc *prepared) Abort() {
+	if !pc.done {
+		pc.abort()
+	}
+}
+
+func (pc *prepared) abort() {
+	pc.b.discard()
+	pc.release()
+}
+
+// release drops the scratch and unlocks ckpt, once.
+func (pc *prepared) release() {
+	if pc.done {
+		return
+	}
+	pc.done = true
+	pc.records = nil
+	pc.p.clearScratch()
+	pc.p.ckpt.Unlock()
+}
+
+// PrepareCheckpoint implements chain.ChangelogStore.
+func (p *partitionStore) PrepareCheckpoint(cps []commit.Checkpoint, evictBefore time.Time) (chain.PreparedCheckpoint, error) {
+	pc, err := p.prepare(cps, evictBefore, true)
+	if err != nil {
+		return nil, err
+	}
+	return pc, nil
+}
+
+// ChangelogOffset implements chain.ChangelogStore.
+func (p *partitionStore) ChangelogOffset() (int64, time.Time, bool, error) {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return 0, time.Time{}, false, p.err("changelog offset", ErrClosed)
+	}
+	p.ckpt.kbuf = changelogKey(p.ckpt.kbuf[:0], p.ks)
+	v, ok, err := p.be.get(p.ckpt.kbuf)
+	if err != nil || !ok {
+		if err != nil {
+			err = p.err("changelog offset", err)
+		}
+		return 0, time.Time{}, false, err
+	}
+	if len(v) != 17 || v[0] != changelogVersion {
+		return 0, time.Time{}, false, p.err("changelog offset", fmt.Errorf("%w: changelog offset %x", ErrCorrupt, v))
+	}
+	off := int64(binary.BigEndian.Uint64(v[1:]))
+	written := time.Unix(0, int64(binary.BigEndian.Uint64(v[9:])))
+	return off, written, true, nil
+}
+
+// restoreBatchBytes bounds one restore batch (a variable for the
+// benchmark): Pebble turns a batch larger than half its memtable into a
+// flushable batch of its own, which rotates the memtable and stalls the
+// next writes until it is flushed.
+var restoreBatchBytes = 4 << 20
+
+// Restore implements chain.ChangelogStore: unsynced batches of at most
+// restoreBatchBytes with the records' entries (and their expiry index
+// entries), the changelog offset after their last record (next, after the
+// last batch), and the deletion of the stages' checkpoints (point
+// deletions: a range deletion per batch would leave Pebble a range tombstone
+// to fragment and step over per batch).
+func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error {
+	if next < 0 {
+		return p.err("restore", fmt.Errorf("%w: changelog offset %d", ErrInvalid, next))
+	}
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return p.err("restore", ErrClosed)
+	}
+	for len(recs) > 0 {
+		n, size := 0, 0
+		for n < len(recs) && size < restoreBatchBytes {
+			size += 2*len(recs[n].Key) + len(recs[n].Value) + 64
+			n++
+		}
+		off := next
+		if n < len(recs) {
+			off = recs[n-1].Offset + 1
+		}
+		if err := p.restoreBatch(recs[:n], off, size); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
+	return nil
+}
+
+func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
+	b := p.be.newBatchSized(size + size/2) // entries, index entries, record headers
+	kb := p.ckpt.kbuf
+	for _, r := range recs {
+		kb = entry(kb[:0], p.ks, r.Key)
+		if r.Value == nil {
+			b.del(kb)
+			continue
+		}
+		enc, err := storedValue(r.Value)
+		if err != nil {
+			b.discard()
+			return p.err("restore", fmt.Errorf("changelog offset %d, key %q: %w", r.Offset, r.Key, err))
+		}
+		b.set(kb, enc)
+		if exp := valueExpiry(enc); exp != 0 {
+			kb = index(kb[:0], p.ks, exp, r.Key)
+			b.set(kb, nil)
+		}
+	}
+	for _, s := range p.stages {
+		kb = checkpointKey(kb[:0], p.ks, s)
+		b.del(kb)
+	}
+	kb = changelogKey(kb[:0], p.ks)
+	b.set(kb, encodeChangelogOffset(next))
+	p.ckpt.kbuf = kb
+	if err := b.commitNoSync(); err != nil {
+		return p.err("restore", err)
+	}
+	return nil
+}
+
+// FinishRestore implements chain.ChangelogStore.
+func (p *partitionStore) FinishRestore(cps []commit.Checkpoint, changelogOffset int64) error {
+	if changelogOffset < 0 {
+		return p.err("restore", fmt.Errorf("%w: changelog offset %d", ErrInvalid, changelogOffset))
+	}
+	if cps != nil {
+		if err := p.checkCheckpoints(cps); err != nil {
+			return p.err("restore", err)
+		}
+	}
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return p.err("restore", ErrClosed)
+	}
+	b := p.be.newBatch()
+	for i, cp := range cps {
+		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
+		b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
+	}
+	p.ckpt.kbuf = changelogKey(p.ckpt.kbuf[:0], p.ks)
+	b.set(p.ckpt.kbuf, encodeChangelogOffset(changelogOffset))
+	if err := b.commit(); err != nil {
+		return p.err("restore", err)
+	}
+	return nil
+}
+
+// Compensate implements chain.ChangelogStore.
+func (p *partitionStore) Compensate(keys [][]byte) ([]chain.ChangelogRecord, error) {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return nil, p.err("compensate", ErrClosed)
+	}
+	out := make([]chain.ChangelogRecord, len(keys))
+	for i, k := range keys {
+		p.ckpt.kbuf = entry(p.ckpt.kbuf[:0], p.ks, k)
+		enc, ok, err := p.be.get(p.ckpt.kbuf)
+		if err != nil {
+			return nil, p.err("compensate", err)
+		}
+		out[i].Key = append([]byte(nil), k...)
+		if ok {
+			out[i].Value = changelogValue(enc)
+		}
+	}
+	return out, nil
+}
+
+// Snapshot implements chain.ChangelogStore: the entries in key order, read in
+// batches of snapshotBatch keys.
+func (p *partitionStore) Snapshot(fn func([]chain.ChangelogRecord) error) error {
+	p.ckpt.Lock()
+	defer p.ckpt.Unlock()
+	if p.isClosed() {
+		return p.err("snapshot", ErrClosed)
+	}
+	lo := appendTagged(nil, p.ks, entryTag, "")
+	hi := appendTagged(nil, p.ks, entryTag+1, "")
+	hi = hi[:len(hi)-1]
+	tagLen := len(lo)
+	for {
+		var keys [][]byte
+		err := p.be.scan(lo, hi, func(k []byte) bool {
+			keys = append(keys, append([]byte(nil), k...))
+			return len(keys) < snapshotBatch
+		})
+		if err != nil {
+			return p.err("snapshot", err)
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		recs := make([]chain.ChangelogRecord, 0, len(keys))
+		err = p.be.getSorted(keys, func(i int, v []byte) {
+			recs = append(recs, chain.ChangelogRecord{Key: keys[i][tagLen:], Value: changelogValue(v)})
+		})
+		if err != nil {
+			return p.err("snapshot", err)
+		}
+		if err := fn(recs); err != nil {
+			return err
+		}
+		if len(keys) < snapshotBatch {
+			return nil
+		}
+		lo = append(append([]byte(nil), keys[len(keys)-1]...), 0) // just after the last key read
+	}
+}
