@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-		"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/window"
 )
 
