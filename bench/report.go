@@ -41,6 +41,10 @@ type WorkloadResult struct {
 	// Params describes the point's stream: the generator's configuration
 	// (workload.Config.String) and the steady part kept.
 	Params string `json:"params"`
+	// DurationS is the least measured duration of every throughput run
+	// (Options.Duration); CommitInterval the chain's (Options.CommitInterval).
+	DurationS      float64 `json:"duration_s"`
+	CommitInterval string  `json:"commit_interval"`
 
 	// Chain is the headline chain's run (the first of ChainVariants when
 	// there are several: gate scope, delivery guarantee, ...).

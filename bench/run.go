@@ -182,7 +182,8 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	}
 	pr := &pointRun{h: h, pt: pt, st: newStream(pt.wc, n0)}
 	defer pr.close()
-	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers}
+	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers,
+		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
 
 	// The chain first, each variant a row (the first is the headline's):
