@@ -417,8 +417,9 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 }
 
 // ceilings measures the raw consumer and the one-stage no-op chain on a
-// prefix of ceilingRecords (they read hundreds of thousands of records per
-// second, so a run of Duration would need millions), three times each,
+// prefix of ceilingRecords, or the whole stream if shorter (they read
+// hundreds of thousands of records per second, so a run of Duration would
+// need millions), three times each,
 // alternating; the median run is reported. They keep no state: the
 // steady-state rule is for the designs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
@@ -429,10 +430,12 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	case h.o.Quick:
 		n = ceilingRecords / 10
 	}
-	// An input already produced, if one is long enough.
+	// An input already produced, if one is long enough; no longer than the
+	// stream (a longer one would mean generating it again).
 	if m := pr.shortestFrom(n); m > 0 {
 		n = m
 	}
+	n = min(n, len(pr.st.recs))
 	in, err := pr.input(n)
 	if err != nil {
 		return err
