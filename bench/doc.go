@@ -54,8 +54,9 @@
 // (attribution logic only); C, A over P × W in {4, 16, 64}² (Quick: P=W=16).
 // B also measures the ceilings: a plain sarama consumer group reading every
 // partition and doing nothing ("raw"), the one-stage no-op chain (a cheap
-// decoder, no store, no producer), on one input of at least 300,000
-// records (3 runs each, alternating, median; they keep no state, so the
+// decoder, no store, no producer), on one input of 300,000 records (or
+// the whole stream if shorter; 3 runs each, alternating, median; they keep
+// no state, so the
 // steady-state rule below is for the designs), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
 // fall out of the buffer and poll Kafka themselves. With Options.Velocity,
