@@ -244,7 +244,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		return wr, err
 	}
 	for range h.o.Repeats - 1 {
-		c, err := h.measureOn(ctx, pr, runSpec{kind: kindChain, variant: &variants[0]}, ch.Records)
+		c, err := h.measureOn(ctx, pr, runSpec{kind: kindChain, variant: &variants[0]}, ch.Records, false)
 		if err != nil {
 			return wr, err
 		}
@@ -260,7 +260,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 			{runSpec{kind: kindDesign6, batch: h.o.BatchSize}, &d6s, d6.Records},
 			{runSpec{kind: kindStrongest, batch: strong.BatchSize}, &strongs, strong.Records},
 		} {
-			r, err := h.measureOn(ctx, pr, run.spec, run.n)
+			r, err := h.measureOn(ctx, pr, run.spec, run.n, false)
 			if err != nil {
 				return wr, err
 			}
@@ -310,9 +310,11 @@ func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint floa
 	if n == 0 {
 		n = o.sizeFor(hint, s.batch)
 	}
-	for try := 0; ; try++ {
-		r, err := h.measureOn(ctx, pr, s, n)
-		if err != nil || o.Records > 0 || r.Steady || try >= 4 {
+	const tries = 5
+	for try := 1; ; try++ {
+		// The last try is checked and reported whatever its length.
+		r, err := h.measureOn(ctx, pr, s, n, try < tries)
+		if err != nil || o.Records > 0 || r.Steady || try == tries {
 			return r, err
 		}
 		next := max(o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.2))
@@ -322,7 +324,9 @@ func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint floa
 }
 
 // measureOn measures one design run on the stream's prefix of n records.
-func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int) (*DesignResult, error) {
+// With sizing, a run shorter than it must be is only a sizing run: neither
+// checked nor modelled.
+func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int, sizing bool) (*DesignResult, error) {
 	in, err := pr.input(n)
 	if err != nil {
 		return nil, err
@@ -330,7 +334,7 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int)
 	s.pt, s.topic, s.ends = pr.pt, in.topic, in.ends
 	s.expect = func() *expectation { return pr.expect(in) }
 	least := h.o.leastDuration(s.variant).Seconds()
-	if h.o.Records == 0 {
+	if sizing && h.o.Records == 0 {
 		s.minElapsed = least
 	}
 	r, err := h.measure(ctx, s)
