@@ -55,7 +55,9 @@ func TestQuick(t *testing.T) {
 			require.GreaterOrEqual(t, d.Elapsed, o.Duration.Seconds(), "%s %s: sized by time", w.Workload, name)
 			require.True(t, d.Steady, "%s %s", w.Workload, name)
 			require.Positive(t, d.Syncs, "%s %s: checkpoints inside the window", w.Workload, name)
-			require.Positive(t, d.Commits, "%s %s: commits inside the window", w.Workload, name)
+			if name != "strongest" { // its commits run in the background: the window may end first
+				require.Positive(t, d.Commits, "%s %s: commits inside the window", w.Workload, name)
+			}
 		}
 		require.GreaterOrEqual(t, w.Chain.CheckpointsMost, minCheckpoints, "%s: the chain's busiest partition", w.Workload)
 		require.Equal(t, 500, w.Design6.BatchSize)
