@@ -88,7 +88,7 @@
 // input) and the first guess comes from the chain's throughput (the chain's
 // own from W ÷ mean cost, or 40,000 rec/s without costs). A run shorter
 // than Duration, or a chain run whose busiest partition paid fewer than 10
-// checkpoints, only sizes the next run (at least one ladder step longer; it
+// checkpoints or with fewer than 10 commits acknowledged, only sizes the next run (at least one ladder step longer; it
 // is neither reported nor checked). Duration defaults to 12.5 ×
 // CommitInterval and must be at least 10 × CommitInterval; CommitInterval
 // is 200ms (the engine's default is 1s: a shorter interval costs the chain

@@ -110,7 +110,8 @@ type DesignResult struct {
 	ThroughputRPS float64 `json:"throughput_rps"`
 	Elapsed       float64 `json:"elapsed_s"`
 	// Steady: the run lasted at least Options.Duration and, for the chain,
-	// its busiest partition paid at least ten checkpoints in it.
+	// its busiest partition paid at least ten checkpoints in it and Kafka
+	// acknowledged at least ten of its commits.
 	Steady bool `json:"steady"`
 	// Syncs counts the synced checkpoint writes inside the measured window
 	// (first record consumed → last complete): the chain's are one per
@@ -308,7 +309,7 @@ func targets(ws []WorkloadResult) []Target {
 		}
 		t := Target{Name: name, Want: want, Got: *got, Met: *got >= want && steady}
 		if *got >= want && !steady {
-			t.Why = "a run was not steady state (shorter than Duration, or the chain's busiest partition paid fewer than 10 checkpoints)"
+			t.Why = "a run was not steady state (shorter than Duration, or the chain paid fewer than 10 checkpoints on its busiest partition or fewer than 10 commits)"
 		}
 		ts = append(ts, t)
 	}

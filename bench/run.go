@@ -36,7 +36,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	for _, path := range []string{o.JSONPath, o.SVGPath} {
-		if err := checkWritable(path); err != nil {
+		if err := CheckWritable(path); err != nil {
 			return Report{}, err
 		}
 	}
@@ -74,10 +74,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
-// checkWritable creates path's folder and checks that a file can be
+// CheckWritable creates path's folder and checks that a file can be
 // created in it, so that a run does not fail at its end for want of a
-// folder (a fresh clone has no bench/results: it is git-ignored).
-func checkWritable(path string) error {
+// folder (a fresh clone has no bench/results: it is git-ignored). Run
+// calls it for JSONPath and SVGPath before measuring; the CLI calls it
+// first, to report a bad --json or --svg as a usage error. Empty: nil.
+func CheckWritable(path string) error {
 	if path == "" {
 		return nil
 	}
@@ -340,7 +342,7 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int,
 	r, err := h.measure(ctx, s)
 	if r != nil {
 		r.Records = n
-		r.Steady = r.Elapsed >= least && (!s.kind.isChain() || r.CheckpointsMost >= minCheckpoints)
+		r.Steady = r.Elapsed >= least && (!s.kind.isChain() || r.CheckpointsMost >= minCheckpoints && r.Commits >= minCheckpoints)
 		if s.variant != nil {
 			r.Variant = s.variant.name
 		}
@@ -388,7 +390,8 @@ func (o Options) leastDuration(v *chainVariant) time.Duration {
 }
 
 // minCheckpoints is how many checkpoints the chain's busiest partition must
-// pay inside a measured run for it to count as steady state.
+// pay, and how many commits Kafka must acknowledge, inside a measured run
+// for it to count as steady state.
 const minCheckpoints = 10
 
 // sweep measures the strongest micro-batch at each of SweepBatchSizes and

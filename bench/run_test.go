@@ -60,6 +60,7 @@ func TestQuick(t *testing.T) {
 			}
 		}
 		require.GreaterOrEqual(t, w.Chain.CheckpointsMost, minCheckpoints, "%s: the chain's busiest partition", w.Workload)
+		require.GreaterOrEqual(t, w.Chain.Commits, minCheckpoints, "%s: the chain's commits", w.Workload)
 		require.Equal(t, 500, w.Design6.BatchSize)
 		require.NotNil(t, w.VsStrongest, w.Workload)
 		require.NotNil(t, w.VsDesign6, w.Workload)
@@ -147,7 +148,7 @@ func TestRunChecksOutputPathsFirst(t *testing.T) {
 	require.ErrorContains(t, err, "bench.json")
 	require.Less(t, time.Since(start), 5*time.Second, "failed before measuring")
 
-	require.NoError(t, checkWritable(filepath.Join(dir, "results", "deep", "latest.json")))
+	require.NoError(t, CheckWritable(filepath.Join(dir, "results", "deep", "latest.json")))
 	require.DirExists(t, filepath.Join(dir, "results", "deep"))
 	entries, err := os.ReadDir(filepath.Join(dir, "results", "deep"))
 	require.NoError(t, err)

@@ -118,6 +118,13 @@ func checkBenchOptions(o *bench.Options) error {
 	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
 		return usagef("--store must be pebble or memory, got %q", o.Store)
 	}
+	// The report's files: their folders are created (a fresh clone has no
+	// bench/results) and checked writable before minutes of measuring.
+	for _, f := range []struct{ flag, path string }{{"json", o.JSONPath}, {"svg", o.SVGPath}} {
+		if err := bench.CheckWritable(f.path); err != nil {
+			return usagef("--%s: %v", f.flag, err)
+		}
+	}
 	return nil
 }
 
