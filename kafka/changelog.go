@@ -189,6 +189,11 @@ func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err erro
 	prod.Producer.RequiredAcks = sarama.WaitForAll
 	prod.Net.MaxOpenRequests = 1
 	prod.Producer.Retry.Max = max(prod.Producer.Retry.Max, DefaultProducerRetries)
+	if prod.Producer.Retry.BackoffFunc == nil {
+		// The outputs' retry budget (about two minutes): a lost changelog
+		// leader is as fatal to a partition as a lost output leader.
+		prod.Producer.Retry.BackoffFunc = RetryBackoff
+	}
 	prod.Producer.Return.Successes = true
 	prod.Producer.Return.Errors = true
 	prod.Producer.Partitioner = sarama.NewManualPartitioner
@@ -214,24 +219,50 @@ func (c *Changelog) ensure(ctx context.Context, cfg ChangelogConfig) (int32, err
 		return 0, fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
 	}
 	want := int32(len(in))
-	admin, err := sarama.NewClusterAdmin(cfg.Brokers, c.readConf)
-	if err != nil {
-		return 0, fmt.Errorf("kafka: admin client: %w", err)
-	}
-	defer func() { _ = admin.Close() }()
-
 	_, err = c.read.Partitions(c.topic)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		if err := c.create(admin, want, cfg); err != nil {
+		if err := c.create(ctx, want, cfg); err != nil {
 			return 0, err
 		}
 	} else if err != nil {
 		return 0, fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
 	}
-	return want, c.check(ctx, admin, want)
+	return want, c.check(ctx, cfg, want)
 }
 
-func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg ChangelogConfig) error {
+// adminAttempts bounds how long the changelog's admin requests are retried
+// when a broker cannot be reached: an engine restarted while one broker of
+// the cluster is down must not fail because the admin client picked the dead
+// one (sarama sends DescribeConfigs to a random broker of its metadata and
+// CreateTopics to the controller it cached).
+const adminAttempts = 30 * time.Second
+
+// withAdmin runs fn with a fresh cluster admin, again with a new one (and so
+// another broker) while it fails for a transient reason, for at most
+// adminAttempts or until ctx ends.
+func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(sarama.ClusterAdmin) error) error {
+	deadline := time.Now().Add(adminAttempts)
+	for {
+		admin, err := sarama.NewClusterAdmin(cfg.Brokers, c.readConf)
+		if err == nil {
+			err = fn(admin)
+			_ = admin.Close()
+		} else {
+			err = fmt.Errorf("kafka: admin client: %w", err)
+		}
+		if err == nil || !transient(err) || time.Now().After(deadline) {
+			return err
+		}
+		c.log.Warn("changelog topic admin request failed; retrying on another connection", "err", err)
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Changelog) create(ctx context.Context, partitions int32, cfg ChangelogConfig) error {
 	compact, lag := "compact", strconv.FormatInt(minCompactionLag.Milliseconds(), 10)
 	detail := &sarama.TopicDetail{
 		NumPartitions:     partitions,
@@ -241,12 +272,21 @@ func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg Chan
 	if cfg.ReplicationFactor > 0 {
 		detail.ReplicationFactor = cfg.ReplicationFactor
 	}
-	err := admin.CreateTopic(c.topic, detail, false)
+	err := c.withAdmin(ctx, cfg, func(admin sarama.ClusterAdmin) error {
+		err := admin.CreateTopic(c.topic, detail, false)
+		if errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			// Another instance created it first (or an earlier attempt whose
+			// answer was lost did): check it like any other.
+			c.log.Info("the changelog topic exists already")
+			return nil
+		}
+		if err == nil {
+			c.log.Info("created the changelog topic", "partitions", partitions, "cleanup.policy", compact, "min.compaction.lag.ms", lag)
+		}
+		return err
+	})
 	switch {
 	case err == nil:
-		c.log.Info("created the changelog topic", "partitions", partitions, "cleanup.policy", compact, "min.compaction.lag.ms", lag)
-	case errors.Is(err, sarama.ErrTopicAlreadyExists):
-		// Another instance created it first: check it like any other.
 	default:
 		return fmt.Errorf("kafka: create changelog topic %q (%d partitions, cleanup.policy=compact): %w", c.topic, partitions, err)
 	}
@@ -259,7 +299,7 @@ func (c *Changelog) create(admin sarama.ClusterAdmin, partitions int32, cfg Chan
 // check reports a changelog that cannot hold the state: another partition
 // count than the input, or a cleanup policy that deletes old records (state
 // that was not rewritten for retention.ms would be lost).
-func (c *Changelog) check(ctx context.Context, admin sarama.ClusterAdmin, want int32) error {
+func (c *Changelog) check(ctx context.Context, cfg ChangelogConfig, want int32) error {
 	got, err := c.read.Partitions(c.topic)
 	if err != nil {
 		return fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
@@ -268,8 +308,12 @@ func (c *Changelog) check(ctx context.Context, admin sarama.ClusterAdmin, want i
 		return fmt.Errorf("%w: %q has %d partitions, the input topic %q has %d: the state of input partition p lives in changelog partition p, so they must match (add partitions to the changelog, or name another changelog topic)",
 			ErrChangelogMismatch, c.topic, len(got), c.input, want)
 	}
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
-		ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
+	var entries []sarama.ConfigEntry
+	err = c.withAdmin(ctx, cfg, func(admin sarama.ClusterAdmin) (err error) {
+		entries, err = admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
+			ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("kafka: describe changelog topic %q: %w", c.topic, err)
 	}

@@ -100,6 +100,9 @@
 //     is returned at once, naming the topic and brokers, not retried.
 //   - Producer.Produce calls done exactly once: nil after every message of
 //     the call is acknowledged by all in-sync replicas, or the first error.
+//     A failed request is retried for about two minutes (DefaultProducerRetries,
+//     RetryBackoff), so the loss of a partition leader — replaced after the
+//     brokers' 9 s session timeout — delays outputs but fails nothing.
 //
 // # Secured clusters
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
@@ -25,7 +26,8 @@ type ProducerConfig struct {
 	// batching, compression, retry backoff). It is copied, never modified.
 	// The producer overrides what its guarantees depend on: idempotence,
 	// acks=all, one open request per connection, successes and errors
-	// returned, and at least DefaultProducerRetries retries.
+	// returned, and at least DefaultProducerRetries retries (with
+	// RetryBackoff between them unless the base sets a BackoffFunc).
 	Sarama *sarama.Config
 	// Security configures TLS and SASL, as Config.Security does.
 	Security Security
@@ -36,8 +38,22 @@ type ProducerConfig struct {
 }
 
 // DefaultProducerRetries is the least number of retries of a failed produce
-// request (the base's Producer.Retry.Max when larger).
-const DefaultProducerRetries = 10
+// request (the base's Producer.Retry.Max when larger). With RetryBackoff they
+// span about two minutes, as the Java producer's delivery.timeout.ms does by
+// default: a lost partition leader is replaced only after the controller
+// stops hearing from its broker (broker.session.timeout.ms, 9 s by default),
+// and a request to a paused broker fails only after Net.ReadTimeout (30 s).
+// A failed produce is fatal to the partition (I5 allows no other answer), so
+// the budget must outlast a leader election: the fault-injection suite
+// (internal/chaos, output-leader-kill) stopped the engine with the former
+// budget of 10 retries of 100 ms.
+const DefaultProducerRetries = 120
+
+// RetryBackoff is the wait before produce retry n (from 0): 100 ms doubling
+// to at most 1 s.
+func RetryBackoff(n, _ int) time.Duration {
+	return min(100*time.Millisecond<<min(n, 4), time.Second)
+}
 
 func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	if len(c.Brokers) == 0 {
@@ -62,6 +78,9 @@ func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	if sc.Producer.Retry.BackoffFunc == nil {
+		sc.Producer.Retry.BackoffFunc = RetryBackoff
+	}
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	if err := sc.Validate(); err != nil {

@@ -152,3 +152,19 @@ func TestNewProducerNeedsBrokers(t *testing.T) {
 	_, err := kafka.NewProducer(kafka.ProducerConfig{})
 	require.ErrorContains(t, err, "ProducerConfig.Brokers is empty")
 }
+
+// TestProducerRetriesOutlastALeaderElection: the retry budget of a failed
+// produce request (waits only, not counting the requests themselves) spans
+// more than a minute, well above a leader election after a broker is lost
+// (broker.session.timeout.ms, 9 s) and a paused broker's request timeout
+// (30 s). Ten retries of 100 ms stopped the engine when an output
+// partition's leader was killed (internal/chaos, output-leader-kill).
+func TestProducerRetriesOutlastALeaderElection(t *testing.T) {
+	var total time.Duration
+	for n := range kafka.DefaultProducerRetries {
+		total += kafka.RetryBackoff(n, kafka.DefaultProducerRetries)
+	}
+	require.Greater(t, total, time.Minute)
+	require.Equal(t, 100*time.Millisecond, kafka.RetryBackoff(0, kafka.DefaultProducerRetries), "the first retry is quick")
+	require.Equal(t, time.Second, kafka.RetryBackoff(kafka.DefaultProducerRetries-1, kafka.DefaultProducerRetries), "waits are capped")
+}

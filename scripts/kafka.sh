@@ -7,13 +7,25 @@
 #   bash scripts/kafka.sh status                print each node's pid and whether it runs
 #   bash scripts/kafka.sh stop                  stop the recorded pids, wait for them, remove data
 #
+# Per-node control of a running cluster (N is a node number, 1..nodes; faults for tests):
+#   bash scripts/kafka.sh kill N                SIGKILL node N and wait until it is gone
+#   bash scripts/kafka.sh stop N                SIGTERM node N (a clean, controlled shutdown), wait for exit
+#   bash scripts/kafka.sh pause N | resume N    SIGSTOP / SIGCONT node N (a GC pause, a partitioned node)
+#   bash scripts/kafka.sh restart N             start a stopped or killed node again on its data, wait until it serves
+#   bash scripts/kafka.sh insync                wait until every partition's replicas are all in sync
+#   bash scripts/kafka.sh leader TOPIC PARTITION   print the node leading the partition
+#   bash scripts/kafka.sh coordinator GROUP        print the node coordinating the consumer group
+#
 # Environment:
 #   DIFFERENTIAL_KAFKA_CACHE  jar cache        (default: <repo>/.cache/kafka)
 #   DIFFERENTIAL_KAFKA_DATA   data, logs, pids (default: <repo>/.kafka)
 #   DIFFERENTIAL_KAFKA_PORT   first broker port (default: 9092; node i listens on PORT+i-1,
 #                             its controller on PORT+10000+i-1)
 #   DIFFERENTIAL_KAFKA_HEAP   JVM heap options per node (default: -Xms128m -Xmx512m)
-#   DIFFERENTIAL_KAFKA_START_TIMEOUT  seconds to wait for the cluster (default: 90)
+#   DIFFERENTIAL_KAFKA_JVM_OPTS  more JVM options per node, for start and restart (default: none;
+#                             -XX:TieredStopAtLevel=1 shortens a node start on 2 cores)
+#   DIFFERENTIAL_KAFKA_START_TIMEOUT  seconds to wait for the cluster, a restarted node or
+#                             in-sync replicas (default: 90)
 #
 # --sasl-ssl DIR adds a SASL_SSL listener to every node, node i on PORT+5+i-1 (the PLAINTEXT
 # listener stays, for the readiness probe, the brokers among themselves and admin tools). DIR
@@ -40,6 +52,7 @@ marker="$dist/.fetched"
 data="${DIFFERENTIAL_KAFKA_DATA:-$repo/.kafka}"
 base_port="${DIFFERENTIAL_KAFKA_PORT:-9092}"
 heap="${DIFFERENTIAL_KAFKA_HEAP:--Xms128m -Xmx512m}"
+jvm_opts="${DIFFERENTIAL_KAFKA_JVM_OPTS:-}"
 start_timeout="${DIFFERENTIAL_KAFKA_START_TIMEOUT:-90}"
 data_mark=.differential-kafka-data
 
@@ -50,7 +63,7 @@ die() {
 }
 
 usage() {
-	sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -208,23 +221,19 @@ cmd_start() {
 		fi
 	done
 
-	local heap_words
-	read -ra heap_words <<<"$heap"
 	for ((i = 1; i <= n; i++)); do
-		jvm_args "$i"
-		nohup "$(java_bin)" "${heap_words[@]}" "${jargs[@]}" kafka.Kafka "$data/node-$i/server.properties" \
-			>"$data/node-$i/logs/stdout.log" 2>&1 </dev/null &
-		echo "$!" >"$data/node-$i/kafka.pid"
+		start_node "$i"
 	done
 	echo "$addrs" >"$data/bootstrap"
 	if [[ -n "$sasl_dir" ]]; then
 		echo "$secure_addrs" >"$data/bootstrap-sasl-ssl"
 	fi
 
-	# Build the readiness probe while the JVMs boot.
-	if ! (cd "$repo" && go build -o "$data/bin/kafkaready" ./scripts/kafkaready); then
+	# Build the readiness probe (and the per-node commands' helper) while the JVMs boot.
+	if ! (cd "$repo" && go build -o "$data/bin/kafkaready" ./scripts/kafkaready &&
+		go build -o "$data/bin/kafkactl" ./scripts/kafkactl); then
 		stop_nodes
-		die "building scripts/kafkaready failed"
+		die "building scripts/kafkaready or scripts/kafkactl failed"
 	fi
 	local node_pids=""
 	for ((i = 1; i <= n; i++)); do
@@ -244,6 +253,17 @@ cmd_start() {
 		log "SASL_SSL listeners: $secure_addrs (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; users from $sasl_dir/users)"
 	fi
 	echo "$addrs"
+}
+
+# start_node ID: start node ID's JVM in the background and record its pid.
+start_node() {
+	local id="$1" heap_words opt_words
+	read -ra heap_words <<<"$heap"
+	read -ra opt_words <<<"$jvm_opts"
+	jvm_args "$id"
+	nohup "$(java_bin)" "${heap_words[@]}" "${opt_words[@]}" "${jargs[@]}" kafka.Kafka "$data/node-$id/server.properties" \
+		>>"$data/node-$id/logs/stdout.log" 2>&1 </dev/null &
+	echo "$!" >"$data/node-$id/kafka.pid"
 }
 
 # read_sasl_dir checks --sasl-ssl's folder and reads its users.
@@ -432,6 +452,7 @@ stop_nodes() {
 		if alive "$f"; then
 			pid="$(cat "$f")"
 			kill -TERM "$pid" 2>/dev/null || true
+			kill -CONT "$pid" 2>/dev/null || true # a paused node handles SIGTERM once continued
 			live+=("$f")
 		fi
 	done
@@ -450,6 +471,10 @@ stop_nodes() {
 }
 
 cmd_stop() {
+	if [[ $# -eq 1 ]]; then
+		cmd_stop_node "$1"
+		return
+	fi
 	[[ $# -eq 0 ]] || usage
 	if [[ ! -d "$data" ]]; then
 		log "nothing to stop ($data does not exist)"
@@ -467,7 +492,11 @@ cmd_status() {
 		total=$((total + 1))
 		if alive "$f"; then
 			running=$((running + 1))
-			echo "$(basename "$(dirname "$f")"): running (pid $(cat "$f"))"
+			if paused "$(cat "$f")"; then
+				echo "$(basename "$(dirname "$f")"): paused (pid $(cat "$f"))"
+			else
+				echo "$(basename "$(dirname "$f")"): running (pid $(cat "$f"))"
+			fi
 		else
 			echo "$(basename "$(dirname "$f")"): not running (pid $(cat "$f" 2>/dev/null || echo '?'))"
 		fi
@@ -478,6 +507,127 @@ cmd_status() {
 	fi
 	echo "bootstrap: $(cat "$data/bootstrap" 2>/dev/null || echo '?')"
 	((running == total)) || return 3
+}
+
+# ---------------------------------------------------------------- per-node control
+
+# node_arg N: checks that node N exists in the recorded cluster; sets nodedir and pidfile.
+node_arg() {
+	local id="$1"
+	[[ "$id" =~ ^[1-9][0-9]*$ ]] || die "node must be a number 1..N, got '$id'"
+	nodedir="$data/node-$id"
+	pidfile="$nodedir/kafka.pid"
+	[[ -f "$nodedir/server.properties" ]] || die "no node $id recorded in $data (start the cluster first: bash scripts/kafka.sh start --brokers 3)"
+}
+
+# node_addr N: node N's broker address, from the addresses start recorded.
+node_addr() {
+	local addrs
+	IFS=, read -ra addrs <"$data/bootstrap"
+	echo "${addrs[$(($1 - 1))]}"
+}
+
+# paused PID: the process is stopped (SIGSTOP): state T in /proc/PID/stat.
+paused() {
+	local state
+	state="$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null)" || return 1
+	[[ "$state" == T ]]
+}
+
+# wait_gone PIDFILE SECONDS: waits until the recorded process has exited; 1 on timeout.
+wait_gone() {
+	local deadline=$((SECONDS + $2))
+	while alive "$1"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# kafkactl ARGS...: runs the Go helper, building it first if start did not (an older cluster).
+kafkactl() {
+	if [[ ! -x "$data/bin/kafkactl" ]]; then
+		mkdir -p "$data/bin"
+		(cd "$repo" && go build -o "$data/bin/kafkactl" ./scripts/kafkactl) || die "building scripts/kafkactl failed"
+	fi
+	"$data/bin/kafkactl" "$@"
+}
+
+signal_node() {
+	local sig="$1" id="$2"
+	node_arg "$id"
+	alive "$pidfile" || die "node $id is not running"
+	kill "-$sig" "$(cat "$pidfile")"
+}
+
+cmd_kill() {
+	[[ $# -eq 1 ]] || usage
+	signal_node KILL "$1"
+	wait_gone "$pidfile" 30 || die "node $1 (pid $(cat "$pidfile")) still runs 30s after SIGKILL"
+	log "node $1 killed"
+}
+
+cmd_stop_node() {
+	local id="$1" pid
+	node_arg "$id"
+	alive "$pidfile" || die "node $id is not running"
+	pid="$(cat "$pidfile")"
+	kill -TERM "$pid"
+	kill -CONT "$pid" 2>/dev/null || true # a paused node handles SIGTERM once continued
+	if ! wait_gone "$pidfile" 60; then
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$pidfile" 30 || true
+		die "node $id (pid $pid) ignored SIGTERM for 60s; sent SIGKILL"
+	fi
+	log "node $id stopped"
+}
+
+cmd_pause() {
+	[[ $# -eq 1 ]] || usage
+	signal_node STOP "$1"
+	log "node $1 paused"
+}
+
+cmd_resume() {
+	[[ $# -eq 1 ]] || usage
+	signal_node CONT "$1"
+	log "node $1 resumed"
+}
+
+cmd_restart() {
+	[[ $# -eq 1 ]] || usage
+	local id="$1" addr
+	node_arg "$id"
+	[[ -f "$marker" ]] || die "Kafka is not fetched; run: bash scripts/kafka.sh fetch"
+	if alive "$pidfile"; then
+		die "node $id is still running (pid $(cat "$pidfile")); stop or kill it first"
+	fi
+	addr="$(node_addr "$id")"
+	port_free "${addr##*:}" || die "port ${addr##*:} of node $id is in use by another process"
+	start_node "$id"
+	if ! kafkactl -brokers "$addr" -node "$id" -pid "$(cat "$pidfile")" -timeout "${start_timeout}s" serving; then
+		tail -n 30 "$nodedir/logs/server.log" >&2 2>/dev/null || true
+		tail -n 10 "$nodedir/logs/stdout.log" >&2 2>/dev/null || true
+		die "node $id did not serve again (it may still be starting; logs in $nodedir/logs)"
+	fi
+	log "node $id restarted (pid $(cat "$pidfile")) and serving on $addr"
+}
+
+cmd_insync() {
+	[[ $# -eq 0 ]] || usage
+	[[ -f "$data/bootstrap" ]] || die "no cluster recorded in $data"
+	kafkactl -brokers "$(cat "$data/bootstrap")" -timeout "${start_timeout}s" insync
+}
+
+cmd_leader() {
+	[[ $# -eq 2 ]] || usage
+	[[ -f "$data/bootstrap" ]] || die "no cluster recorded in $data"
+	kafkactl -brokers "$(cat "$data/bootstrap")" leader "$1" "$2"
+}
+
+cmd_coordinator() {
+	[[ $# -eq 1 ]] || usage
+	[[ -f "$data/bootstrap" ]] || die "no cluster recorded in $data"
+	kafkactl -brokers "$(cat "$data/bootstrap")" coordinator "$1"
 }
 
 main() {
@@ -492,6 +642,13 @@ main() {
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;
 	status) cmd_status "$@" ;;
+	kill) cmd_kill "$@" ;;
+	pause) cmd_pause "$@" ;;
+	resume) cmd_resume "$@" ;;
+	restart) cmd_restart "$@" ;;
+	insync) cmd_insync "$@" ;;
+	leader) cmd_leader "$@" ;;
+	coordinator) cmd_coordinator "$@" ;;
 	-h | --help | help) usage ;;
 	*) usage ;;
 	esac

@@ -43,6 +43,9 @@ type hooks struct {
 	// tamperOutputs may change what the demo read back from its output
 	// topic before verifying it (tests break the verification on purpose).
 	tamperOutputs func([]reference.Written) []reference.Written
+	// wrapProducer may replace run's output producer (the chaosbreak build
+	// breaks the engine on purpose for the fault-injection suite).
+	wrapProducer func(chain.Producer) chain.Producer
 }
 
 type command struct {

@@ -34,5 +34,8 @@
 // Every command runs through cli(ctx, args, env), so tests run them
 // in-process with their own context, writers and test-only hooks (an engine
 // observer, a processor wrapper, the health clock, a way to break the demo's
-// verification); the binary sets no hook.
+// verification); the binary sets no hook. A build with the chaosbreak tag is
+// the exception, and is never shipped: it wraps run's producer so that the
+// fault-injection suite (internal/chaos) can show it catches a broken engine
+// (hooks_chaosbreak.go).
 package main

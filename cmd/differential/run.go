@@ -65,7 +65,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "changelog", cl)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
 	}
-	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, prod, reg, log, h)
+	var out chain.Producer = prod
+	if h.wrapProducer != nil {
+		out = h.wrapProducer(prod)
+	}
+	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}

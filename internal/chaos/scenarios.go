@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PauseFor is how long the coordinator scenario keeps its node paused:
+// past the consumer group's session timeout (sarama's default, 10 s, which
+// `differential run` keeps) and the brokers' own session timeout with the
+// controller (broker.session.timeout.ms, 9 s), so the group's coordinator
+// moves and the engine's member is expired by the old one.
+const PauseFor = 15 * time.Second
+
+// Scenarios are the suite: the faults Kafka's own system tests inject,
+// each with its own workload seed.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "input-leader-kill", Seed: 1401, Guarantee: AtLeastOnce, Faults: inputLeaderKill},
+		{Name: "coordinator-pause", Seed: 1402, Guarantee: AtLeastOnce, Faults: coordinatorPause},
+		{Name: "rolling-restart", Seed: 1403, Guarantee: AtLeastOnce, Faults: rollingRestart},
+		{Name: "output-leader-kill", Seed: 1404, Guarantee: AtLeastOnce, Faults: outputLeaderKill},
+		{Name: "broker-and-engine-kill", Seed: 1405, Guarantee: AtLeastOnce, Faults: brokerAndEngineKill},
+	}
+}
+
+// inputLeaderKill: the leader of the busiest input partition is SIGKILLed;
+// once the engine has recovered on the new leader, the node is restarted.
+func inputLeaderKill(ctx context.Context, r *Run) error {
+	c := r.Cluster()
+	n, err := c.Leader(ctx, r.Input, r.Busiest)
+	if err != nil {
+		return err
+	}
+	if err := r.Fault(fmt.Sprintf("SIGKILL node %d (leads input partition %d, the busiest)", n, r.Busiest),
+		func() error { return c.Kill(ctx, n) }); err != nil {
+		return err
+	}
+	if err := r.AwaitRecovery(ctx); err != nil {
+		return err
+	}
+	return restartAndRecover(ctx, r, n)
+}
+
+// coordinatorPause: the group coordinator's node is SIGSTOPped for PauseFor,
+// then continued.
+func coordinatorPause(ctx context.Context, r *Run) error {
+	c := r.Cluster()
+	n, err := c.Coordinator(ctx, r.Group)
+	if err != nil {
+		return err
+	}
+	if err := r.Fault(fmt.Sprintf("SIGSTOP node %d (the group coordinator) for %s", n, PauseFor),
+		func() error { return c.Pause(ctx, n) }); err != nil {
+		return err
+	}
+	// The fault is the pause itself: its length is the point, so this
+	// waits for time, not for a condition.
+	select {
+	case <-time.After(PauseFor):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := r.Fault(fmt.Sprintf("SIGCONT node %d", n), func() error { return c.Resume(ctx, n) }); err != nil {
+		return err
+	}
+	if err := c.InSync(ctx); err != nil {
+		return err
+	}
+	return r.AwaitRecovery(ctx)
+}
+
+// rollingRestart: every node in turn is stopped cleanly, restarted, and
+// caught up (every replica in sync) before the next.
+func rollingRestart(ctx context.Context, r *Run) error {
+	c := r.Cluster()
+	for n := 1; n <= ClusterNodes; n++ {
+		if err := r.Fault(fmt.Sprintf("stop node %d (SIGTERM)", n), func() error { return c.Stop(ctx, n) }); err != nil {
+			return err
+		}
+		if err := r.Restore(fmt.Sprintf("node %d back", n), func() error { return c.Restart(ctx, n) }); err != nil {
+			return err
+		}
+		if err := c.InSync(ctx); err != nil {
+			return err
+		}
+	}
+	return r.AwaitRecovery(ctx)
+}
+
+// outputLeaderKill: once outputs are being written, the leader of the
+// busiest output partition is SIGKILLed; after recovery it is restarted.
+func outputLeaderKill(ctx context.Context, r *Run) error {
+	c := r.Cluster()
+	if err := r.AwaitOutputs(ctx, 200); err != nil {
+		return err
+	}
+	p, err := r.BusiestOutput()
+	if err != nil {
+		return err
+	}
+	n, err := c.Leader(ctx, r.Output, p)
+	if err != nil {
+		return err
+	}
+	if err := r.Fault(fmt.Sprintf("SIGKILL node %d (leads output partition %d, outputs in flight)", n, p),
+		func() error { return c.Kill(ctx, n) }); err != nil {
+		return err
+	}
+	if err := r.AwaitRecovery(ctx); err != nil {
+		return err
+	}
+	return restartAndRecover(ctx, r, n)
+}
+
+// brokerAndEngineKill: the group coordinator's node and the engine are
+// SIGKILLed at the same moment, right after outputs were acknowledged
+// (their records most likely not committed yet, so the restart repeats
+// them); the engine restarts at once on the same state directory, the node
+// once the engine has recovered.
+func brokerAndEngineKill(ctx context.Context, r *Run) error {
+	c := r.Cluster()
+	n, err := c.Coordinator(ctx, r.Group)
+	if err != nil {
+		return err
+	}
+	if err := r.AwaitFreshOutputs(ctx); err != nil {
+		return err
+	}
+	err = r.Fault(fmt.Sprintf("SIGKILL node %d (the group coordinator) and the engine together", n), func() error {
+		broker := make(chan error, 1)
+		go func() { broker <- c.Kill(ctx, n) }()
+		return errors.Join(r.KillEngine(), <-broker)
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Restore("the engine restarted on its state directory", r.StartEngine); err != nil {
+		return err
+	}
+	if err := r.AwaitRecovery(ctx); err != nil {
+		return err
+	}
+	return restartAndRecover(ctx, r, n)
+}
+
+func restartAndRecover(ctx context.Context, r *Run, n int) error {
+	c := r.Cluster()
+	if err := r.Restore(fmt.Sprintf("node %d back", n), func() error { return c.Restart(ctx, n) }); err != nil {
+		return err
+	}
+	if err := c.InSync(ctx); err != nil {
+		return err
+	}
+	return r.AwaitRecovery(ctx)
+}
