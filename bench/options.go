@@ -83,6 +83,14 @@ type Options struct {
 	// BufferSize is the chain's handoff buffer per partition
 	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
 	BufferSize int
+	// Gate is the follower gate scope of the chain design's attribution
+	// chain (attribution.Wiring.Gate): chain.GateKey (the default; an
+	// install waits only for its own user's clicks) or chain.GatePartition.
+	Gate chain.GateScope
+	// OneGate measures the chain with Gate only. By default workloads A and
+	// C also measure it with the other scope (the row "chain/<scope>"), so
+	// a run compares both.
+	OneGate bool
 	// PollingBufferSize is the tiny buffer of the polling-fallback
 	// measurement (B): followers fall out of it and poll Kafka. Default 32.
 	PollingBufferSize int
@@ -180,6 +188,9 @@ func (o Options) withDefaults() Options {
 	if o.Store == "" {
 		o.Store = "pebble"
 	}
+	if o.Gate == "" {
+		o.Gate = chain.GateKey
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -219,6 +230,9 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
+		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
+	}
 	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
 	if o.Velocity > 0 {
 		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
@@ -234,6 +248,9 @@ type point struct {
 	name    string // "A", "B", "C"
 	wc      workload.Config
 	workers int
+	// gates: also measure the chain under the other gate scope (a chain
+	// variant, chainVariants).
+	gates bool
 	// ceiling: also measure the raw consumer, the one-stage no-op chain and
 	// the polling fallback on this point's stream.
 	ceiling bool
@@ -274,7 +291,7 @@ func (o Options) points() []point {
 	for _, w := range o.Workloads {
 		switch w {
 		case "A":
-			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, o.Partitions, o.CostMedian), workers: o.Workers, latency: true})
+			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, o.Partitions, o.CostMedian), workers: o.Workers, gates: !o.OneGate, latency: true})
 		case "B":
 			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, o.Partitions, 0), workers: o.Workers, ceiling: true, latency: true})
 		case "C":
@@ -284,7 +301,7 @@ func (o Options) points() []point {
 					if (o.Quick && (p != 16 || wk != 16)) || (!o.FullGrid && p != wk) {
 						continue
 					}
-					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, p, o.CostMedian), workers: wk})
+					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, p, o.CostMedian), workers: wk, gates: !o.OneGate})
 				}
 			}
 		}

@@ -184,13 +184,13 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	}
 	pr := &pointRun{h: h, pt: pt, st: newStream(pt.wc, n0)}
 	defer pr.close()
-	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers,
+	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
 
 	// The chain first, each variant a row (the first is the headline's):
 	// its throughput sizes the inputs of what follows.
-	variants := h.o.chainVariants()
+	variants := h.o.chainVariants(pt)
 	for i := range variants {
 		hint := chainGuess(pt)
 		if i > 0 {
@@ -352,13 +352,17 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int,
 
 // chainVariant is one configuration of the chain, measured at every point
 // as a row of its own (WorkloadResult.ChainVariants); the first is the
-// headline's. This is where further dimensions go: the gate scope (issue
-// #13: partition or key) and the delivery guarantee with its commit
-// interval (issue #12: at-least-once, exactly-once at 100ms, 1s, 5s) —
-// each a name, its chain options and, if it differs, its commit interval.
+// headline's. The gate scope (issue #13) is one dimension: A and C measure
+// the chain under Options.Gate (the headline) and, unless OneGate, under
+// the other scope. Further dimensions go here too, e.g. the delivery
+// guarantee with its commit interval (issue #12) — each a name, its gate
+// scope, its chain options and, if it differs, its commit interval.
 type chainVariant struct {
 	// name labels the row ("" for the default chain).
 	name string
+	// gate is the attribution chain's follower gate scope (empty:
+	// Options.Gate).
+	gate chain.GateScope
 	// options are added to the chain's (after the bench's own).
 	options []chain.Option
 	// commitInterval, when set, replaces Options.CommitInterval; the
@@ -366,9 +370,25 @@ type chainVariant struct {
 	commitInterval time.Duration
 }
 
-// chainVariants are the chain configurations Run measures.
-func (o Options) chainVariants() []chainVariant {
-	return []chainVariant{{}}
+// chainVariants are the chain configurations Run measures at point pt:
+// the chain under Options.Gate first (the headline's), then, where the
+// point compares gate scopes (pt.gates), under the other scope.
+func (o Options) chainVariants(pt point) []chainVariant {
+	vs := []chainVariant{{name: string(o.Gate) + " gate", gate: o.Gate}}
+	if pt.gates {
+		g := o.otherGate()
+		vs = append(vs, chainVariant{name: string(g) + " gate", gate: g})
+	}
+	return vs
+}
+
+// gateOf is the gate scope of a chain run of variant v (nil: the default
+// chain, as the polling-fallback and velocity runs use).
+func (o Options) gateOf(v *chainVariant) chain.GateScope {
+	if v != nil && v.gate != "" {
+		return v.gate
+	}
+	return o.Gate
 }
 
 // commitInterval is the chain's commit interval in a run of variant v.
@@ -512,7 +532,7 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 			batch = b.BatchSize
 		}
 		r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp, batch: batch,
-			variant: &h.o.chainVariants()[0], paceRate: rate, warm: warm, measured: measured})
+			variant: &h.o.chainVariants(pr.pt)[0], paceRate: rate, warm: warm, measured: measured})
 		h.c.deleteTopics(topic)
 		if err != nil {
 			return err
@@ -610,7 +630,7 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 		run.s.exp = s.exp
 	}
 	if s.exp != nil {
-		r.efficiency(s, s.exp)
+		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
 		if d.out != "" {
 			if err := h.judge(run, r); err != nil {
 				return r, err
@@ -806,8 +826,9 @@ func (r *running) result() *DesignResult {
 }
 
 // efficiency sets the run's fractions of the bounds of its input (with
-// costs only): the pipelined bound, and its own design's.
-func (res *DesignResult) efficiency(s runSpec, e *expectation) {
+// costs only): the pipelined bound, and its own design's (a chain's under
+// its gate scope g).
+func (res *DesignResult) efficiency(s runSpec, e *expectation, g chain.GateScope) {
 	if e.bound.Time <= 0 || res.Elapsed <= 0 {
 		return
 	}
@@ -818,7 +839,7 @@ func (res *DesignResult) efficiency(s runSpec, e *expectation) {
 	res.Efficiency = frac(e.bound.Time)
 	switch s.kind {
 	case kindChain, kindPolling:
-		res.EfficiencyOwn = frac(e.bound.ChainOrderTime)
+		res.EfficiencyOwn = frac(e.bound.orderTime(g))
 	case kindStrongest:
 		res.EfficiencyOwn = frac(e.stagedTime(s.batch, true))
 	case kindDesign6:
@@ -1024,7 +1045,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		if s.variant != nil {
 			opts = append(opts, s.variant.options...)
 		}
-		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Stages: costs, Decoder: counting}, opts...)
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.gateOf(s.variant), Stages: costs, Decoder: counting}, opts...)
 		if err != nil {
 			d.close()
 			return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
 )
 
@@ -94,8 +95,20 @@ func TestQuick(t *testing.T) {
 				}
 			}
 		}
+		if w.Workload != "B" { // A and C compare the gate scopes: both chains measured and checked
+			require.Len(t, w.ChainVariants, 2, w.Workload)
+			require.Same(t, w.Chain, w.ChainVariants[0])
+			require.Equal(t, string(o.Gate), w.Gate)
+			for i, g := range []chain.GateScope{o.Gate, o.otherGate()} {
+				v := w.ChainVariants[i]
+				require.Equal(t, string(g)+" gate", v.Variant, w.Workload)
+				require.True(t, v.Correctness.OK, "%s %s", w.Workload, v.Variant)
+				require.True(t, v.Steady, "%s %s", w.Workload, v.Variant)
+			}
+		}
 		if w.Workload == "A" {
 			require.NotNil(t, w.Limit)
+			require.LessOrEqual(t, w.Limit.ChainOrderRPS, w.Limit.KeyOrderRPS, "the key gate waits for a subset of what the partition gate waits for")
 			require.Greater(t, w.Limit.MaxWin, 0.0)
 			require.NotNil(t, w.Chain.Efficiency)
 			require.NotNil(t, w.Strongest.EfficiencyOwn)

@@ -90,6 +90,9 @@ func TestBoundIsBelowChainOrderBound(t *testing.T) {
 	require.Equal(t, max(b.TotalCost/8, b.LongestChain), b.Time)
 	require.LessOrEqual(t, b.Time, b.ChainOrderTime)
 	require.GreaterOrEqual(t, b.ChainOrderPath, b.LongestChain)
+	require.LessOrEqual(t, b.KeyOrderPath, b.ChainOrderPath, "the key rule waits for a subset of what the partition rule waits for")
+	require.GreaterOrEqual(t, b.KeyOrderPath, b.LongestChain)
+	require.LessOrEqual(t, b.Time, b.KeyOrderTime)
 }
 
 // TestChainOrderPath walks one small log by hand: a follower record waits
@@ -101,9 +104,48 @@ func TestChainOrderPath(t *testing.T) {
 		{valid: true, stage: 0, t: 10, key: "u", cost: 5 * ms}, // click: 0 → 5
 		{valid: true, stage: 1, t: 11, key: "u", cost: 2 * ms}, // install: leader past offset 2 (t 12 > 11): 5 → 7
 		{valid: true, stage: 0, t: 12, key: "v", cost: 1 * ms}, // click: 0 → 1
-		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms}, // purchase: no later time: idle after install stage's end 7 → 107 → 110
+		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms}, // purchase: no later time: idle release at max(install stage's end 7, idle 100) → 103
 	}
-	require.Equal(t, 110*ms, chainOrderPath(log, 0, 100*ms))
+	require.Equal(t, 103*ms, chainOrderPath(log, 0, 100*ms))
+	// A leader that ends after the idle timeout releases when it ends.
+	require.Equal(t, 10*ms, chainOrderPath(log, 0, 2*ms))
+}
+
+// TestKeyOrderPath walks one small log by hand under the key-scoped gate:
+// the install of u waits for u's click only, not for v's slow one before
+// it, which the partition gate makes it wait for; both wait for the idle
+// release when no later event time comes.
+func TestKeyOrderPath(t *testing.T) {
+	ms := time.Millisecond
+	log := []pathRecord{
+		{valid: true, stage: 0, t: 10, key: "v", cost: 50 * ms}, // click v: 0 → 50
+		{valid: true, stage: 0, t: 11, key: "u", cost: 1 * ms},  // click u: 0 → 1
+		{valid: true, stage: 1, t: 12, key: "u", cost: 1 * ms},  // install u: key gate 1 → 2; partition gate 50 → 51
+		{valid: true, stage: 0, t: 20, key: "w", cost: 1 * ms},  // click w: 0 → 1 (q for the install)
+	}
+	require.Equal(t, 51*ms, chainOrderPath(log, 0, 100*ms))
+	// The end is v's click (50): the purchase stage's skip of v@0 waits for
+	// it, nothing else does.
+	require.Equal(t, 50*ms, keyOrderPath(log, 0, 100*ms))
+	// The same log as TestChainOrderPath: the purchase waits for the idle
+	// release under both rules.
+	same := []pathRecord{
+		{valid: true, stage: 0, t: 10, key: "u", cost: 5 * ms},
+		{valid: true, stage: 1, t: 11, key: "u", cost: 2 * ms},
+		{valid: true, stage: 0, t: 12, key: "v", cost: 1 * ms},
+		{valid: true, stage: 2, t: 13, key: "u", cost: 3 * ms},
+	}
+	require.Equal(t, 103*ms, keyOrderPath(same, 0, 100*ms))
+	require.Equal(t, 10*ms, keyOrderPath(same, 0, 2*ms))
+	// A duplicate costs nothing but still waits for its gate; a skipped
+	// record of another key does not hold u's.
+	dup := []pathRecord{
+		{valid: true, stage: 0, t: 10, key: "u", cost: 5 * ms},
+		{valid: true, dup: true, stage: 1, t: 11, key: "u", cost: 9 * ms},
+		{valid: true, stage: 1, t: 12, key: "u", cost: 2 * ms},
+		{valid: true, stage: 0, t: 30, key: "x", cost: 1 * ms},
+	}
+	require.Equal(t, 7*ms, keyOrderPath(dup, 0, 100*ms))
 }
 
 func TestQuantile(t *testing.T) {

@@ -108,12 +108,19 @@ type Bound struct {
 	// rules with unlimited workers and no engine overhead: a stage begins
 	// offset o when its leader has completed every offset below o+1 and (for
 	// a record it processes) the leader's watermark exceeds t+Lateness (or
-	// the leader is idle: IdleTimeout after it finished), and one key's
+	// the leader is idle: once it finished, and no sooner than IdleTimeout
+	// after the run's start — the input is fetched from the start and the
+	// engine releases IdleTimeout after the last append), and one key's
 	// records of a stage run one after another. ChainOrderTime =
 	// max(TotalCost/W, ChainOrderPath) is what the chain could reach at
 	// best; Time ≤ ChainOrderTime.
 	ChainOrderPath time.Duration `json:"chain_order_path_ns"`
 	ChainOrderTime time.Duration `json:"chain_order_time_ns"`
+	// KeyOrderPath and KeyOrderTime are the same under the key-scoped gate
+	// (keyOrderPath: a follower waits only for its leader's records of the
+	// same key); LongestChain ≤ KeyOrderPath ≤ ChainOrderPath.
+	KeyOrderPath time.Duration `json:"key_order_path_ns"`
+	KeyOrderTime time.Duration `json:"key_order_time_ns"`
 }
 
 func newExpectation(recs []workload.Record, partitions, workers int, cfg attribution.Config, idle time.Duration) *expectation {
@@ -175,6 +182,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		}
 		e.paths[p] = path
 		e.bound.ChainOrderPath = max(e.bound.ChainOrderPath, chainOrderPath(path, cfg.Lateness, idle))
+		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
 		e.gateOf(int32(p), path, cfg.Lateness)
 	}
 	for _, c := range chains {
@@ -186,6 +194,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 	e.bound.Workers = workers
 	e.bound.Time = max(e.bound.TotalCost/time.Duration(workers), e.bound.LongestChain)
 	e.bound.ChainOrderTime = max(e.bound.TotalCost/time.Duration(workers), e.bound.ChainOrderPath)
+	e.bound.KeyOrderTime = max(e.bound.TotalCost/time.Duration(workers), e.bound.KeyOrderPath)
 	return e
 }
 
@@ -253,7 +262,10 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 					if j < n {
 						gate = max(gate, prev[j])
 					} else {
-						gate = max(gate, prev[n-1]+idle)
+						// Idle release: the leader has completed
+						// everything and nothing was appended for idle
+						// (the input is fetched from the run's start).
+						gate = max(gate, prev[n-1], idle)
 					}
 				}
 				fin := gate

@@ -3,8 +3,9 @@
 //
 // # What it owns
 //
-// A Ring owns a fixed array of capacity items (records fetched once from
-// Kafka by the partition's fetcher), the offset range [Low, High) they cover,
+// A Ring owns an array of at most capacity items (records fetched once from
+// Kafka by the partition's fetcher; it starts small and doubles while the
+// ring must hold more, so readers that keep up keep it small), the offset range [Low, High) they cover,
 // the pacer's cursor, and the wake-up channels of the goroutines waiting on
 // it. It does not own the records' byte slices (it copies the items, not what
 // they point to), the readers' cursors, or polling: a reader that falls out of
@@ -26,14 +27,17 @@
 // One reader, the pacer (the chain's first stage), paces the writer:
 // items with offset >= the pacer's cursor are unread, the others are read.
 // Append never overwrites an unread item: while the ring holds capacity
-// unread items it blocks until the pacer reads on (or ctx ends, or Close),
+// unread items — or the read-ahead limit, LimitReadAhead, if smaller — it
+// blocks until the pacer reads on (or ctx ends, or Close),
 // and only then — a pacer that starts ahead of the ring (the first stage
 // resuming further than the slowest one) has read everything below its
 // cursor, so Append evicts and goes on up to it without waiting.
 // When the ring is full but some items are read, Append evicts the oldest
 // items, as few as the new items need, and Low moves past them. Eviction is
 // lazy, so read items stay available to the slower readers as long as the
-// space is not needed. The writer never waits for any reader but the pacer;
+// space is not needed — unless the caller, which knows every reader's
+// cursor, discards what all of them have passed (Discard: the slots are
+// zeroed at once, so the records they point to can be collected). The writer never waits for any reader but the pacer;
 // a slower reader that is overtaken gets ErrEvicted and polls Kafka until
 // Covers(cursor) holds again.
 //

@@ -16,7 +16,8 @@ type Ring[T any] struct {
 
 	mu struct {
 		sync.Mutex
-		// buf is the circular array; len(buf) is the capacity. Logical item
+		// buf is the circular array, at most capacity long (it grows by
+		// doubling, growLocked). Logical item
 		// i (0 = oldest) is buf[(head+i) % len(buf)], for i < n.
 		buf  []T
 		head int
@@ -24,7 +25,9 @@ type Ring[T any] struct {
 		// low and high bound the covered offsets: [low, high).
 		low, high int64
 		// pacer is the pacer's cursor: every item with offset < pacer is read.
-		pacer      int64
+		pacer int64
+		// ahead bounds the unread items (LimitReadAhead); capacity by default.
+		ahead      int
 		lastAppend time.Time
 		closed     bool
 		closeErr   error
@@ -39,6 +42,9 @@ type Ring[T any] struct {
 	}
 }
 
+// initialSlots is the backing array's first size (New).
+const initialSlots = 256
+
 // Stats are a Ring's counters since New.
 type Stats struct {
 	Appended    uint64 // items appended
@@ -50,7 +56,10 @@ type Stats struct {
 
 // New returns an empty ring of capacity items covering offsets from start
 // (Low() == High() == start). It panics if capacity < 1 or offsetOf is nil.
-// The backing array of capacity items is allocated here, once.
+// The backing array starts small and doubles when the ring must hold more
+// items (never beyond capacity; it does not shrink): a ring whose readers
+// keep up never holds, and the garbage collector never scans, more than
+// what they have not read yet.
 func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
 	if capacity < 1 {
 		panic(fmt.Sprintf("buffer: capacity %d < 1", capacity))
@@ -59,9 +68,26 @@ func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
 		panic("buffer: nil offsetOf")
 	}
 	r := &Ring[T]{offsetOf: offsetOf, capacity: capacity}
-	r.mu.buf = make([]T, capacity)
+	r.mu.buf = make([]T, min(capacity, initialSlots))
 	r.mu.low, r.mu.high, r.mu.pacer = start, start, start
+	r.mu.ahead = capacity
 	return r
+}
+
+// LimitReadAhead makes Append wait while the pacer has n unread items
+// instead of capacity (n is clamped to [1, capacity]). The ring still keeps
+// up to capacity items for the readers behind the pacer; only how far the
+// writer runs ahead of the pacer shrinks. A writer far ahead fills the whole
+// ring with items the pacer reads long after they were written (out of the
+// cache by then), and items wait in the ring instead of upstream.
+func (r *Ring[T]) LimitReadAhead(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.ahead = min(max(n, 1), r.capacity)
+	if r.mu.room != nil { // the writer may append more now
+		close(r.mu.room)
+		r.mu.room = nil
+	}
 }
 
 // Append copies items into the ring. Their offsets must be strictly
@@ -100,7 +126,8 @@ func (r *Ring[T]) Append(ctx context.Context, items []T) error {
 			// the slowest one), so try again before waiting for it to move.
 			continue
 		}
-		// Full of unread items: wait for the pacer.
+		// Full of unread items (or at the read-ahead limit): wait for the
+		// pacer.
 		if r.mu.room == nil {
 			r.mu.room = make(chan struct{})
 		}
@@ -127,13 +154,19 @@ func (r *Ring[T]) checkOrder(items []T) error {
 }
 
 // appendLocked copies as many of items as fit without overwriting an unread
-// item, evicting read items as needed, and returns how many it copied.
+// item or holding more than the read-ahead limit of unread items, evicting
+// read items as needed, and returns how many it copied.
 func (r *Ring[T]) appendLocked(items []T) int {
+	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
+	unread := r.mu.n - read
+	want := min(len(items), r.mu.ahead-unread)
+	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity {
+		r.growLocked(r.mu.n + want)
+	}
 	c := len(r.mu.buf)
 	free := c - r.mu.n
-	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
-	k := min(len(items), free+read)
-	if k == 0 {
+	k := min(want, free+read)
+	if k <= 0 {
 		return 0
 	}
 	if evict := k - free; evict > 0 {
@@ -156,6 +189,56 @@ func (r *Ring[T]) appendLocked(items []T) int {
 		r.mu.changed = nil
 	}
 	return k
+}
+
+// Discard evicts the items with offset < below, which the caller knows no
+// reader will read again (every reader's cursor is at or past below): their
+// slots are zeroed at once, so whatever the items point to can be
+// collected, instead of staying referenced until the writer needs the
+// space. below is clamped to the pacer's cursor (no unread item goes) and
+// to High; Low moves up to it. Discarded items count as Evicted.
+func (r *Ring[T]) Discard(below int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	below = min(below, r.mu.pacer, r.mu.high)
+	if below <= r.mu.low {
+		return
+	}
+	k := r.searchLocked(below)
+	if k > 0 {
+		if end := r.mu.head + k; end <= len(r.mu.buf) {
+			clear(r.mu.buf[r.mu.head:end])
+		} else {
+			clear(r.mu.buf[r.mu.head:])
+			clear(r.mu.buf[:end-len(r.mu.buf)])
+		}
+		r.mu.head = r.physLocked(k)
+		r.mu.n -= k
+		r.mu.stats.Evicted += uint64(k)
+	}
+	r.mu.low = below
+	if r.mu.room != nil {
+		close(r.mu.room)
+		r.mu.room = nil
+	}
+}
+
+// growLocked doubles the backing array until it holds need items (at most
+// capacity), keeping the items in order from index 0.
+func (r *Ring[T]) growLocked(need int) {
+	size := len(r.mu.buf)
+	for size < need && size < r.capacity {
+		size *= 2
+	}
+	size = min(size, r.capacity)
+	buf := make([]T, size)
+	if end := r.mu.head + r.mu.n; end <= len(r.mu.buf) {
+		copy(buf, r.mu.buf[r.mu.head:end])
+	} else {
+		m := copy(buf, r.mu.buf[r.mu.head:])
+		copy(buf[m:], r.mu.buf[:end-len(r.mu.buf)])
+	}
+	r.mu.buf, r.mu.head = buf, 0
 }
 
 // Read appends to dst the items with offset >= from, in order: up to
@@ -326,6 +409,18 @@ func (r *Ring[T]) Covers(from int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return from >= r.mu.low
+}
+
+// Room reports whether a reader at from can read from the ring (Covers),
+// and if so how many items the writer can still append before it must
+// evict the item at from: the free slots plus the items below from.
+func (r *Ring[T]) Room(from int64) (covered bool, room int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if from < r.mu.low {
+		return false, 0
+	}
+	return true, r.capacity - r.mu.n + r.searchLocked(from)
 }
 
 // Low is the smallest offset still covered: start, then last-evicted+1.

@@ -151,6 +151,111 @@ func TestAppendOrder(t *testing.T) {
 	assert.Equal(t, []int64{10, 12}, read(t, r, 0+10, 4, false))
 }
 
+// TestReadAheadLimit: with LimitReadAhead(n) the writer runs at most n
+// unread items ahead of the pacer, while read items stay for the readers
+// behind it up to the capacity.
+func TestReadAheadLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(8, 0, recOffset)
+		r.LimitReadAhead(3)
+		done := make(chan error, 1)
+		go func() { done <- r.Append(t.Context(), recs(span(0, 10)...)) }()
+		synctest.Wait()
+		assert.Empty(t, done, "three unread items: the writer waits")
+		assert.Equal(t, int64(3), r.High())
+		read(t, r, 50, 4, false) // a follower reading on releases nothing
+		synctest.Wait()
+		assert.Equal(t, int64(3), r.High())
+
+		assert.Equal(t, []int64{0, 1}, read(t, r, 0, 2, true))
+		assert.Equal(t, []int64{2}, read(t, r, 2, 8, true)) // records 0, 1 read
+		synctest.Wait()
+		assert.Equal(t, int64(5), r.High(), "two read: two more appended")
+		assert.Equal(t, []int64{2, 3, 4}, read(t, r, 2, 8, true))
+		synctest.Wait()
+		assert.Equal(t, int64(5), r.High(), "reading 2..4 is recorded at the next read")
+		assert.Empty(t, read(t, r, 5, 8, true))
+		synctest.Wait()
+		assert.Equal(t, []int64{5, 6, 7}, read(t, r, 5, 8, true))
+		assert.Equal(t, int64(0), r.Low(), "read items stay while there is room")
+		assert.Empty(t, read(t, r, 8, 8, true))
+		synctest.Wait()
+		require.NoError(t, <-done)
+		assert.Equal(t, int64(10), r.High())
+		assert.Equal(t, int64(2), r.Low(), "eviction only when the capacity is reached")
+		assert.Equal(t, []int64{2, 3, 4, 5, 6, 7, 8, 9}, read(t, r, 2, 8, false))
+
+		// Raising the limit wakes a waiting writer.
+		go func() { done <- r.Append(t.Context(), recs(span(10, 14)...)) }()
+		synctest.Wait()
+		assert.Equal(t, int64(11), r.High(), "8, 9, 10 unread: the limit")
+		r.LimitReadAhead(100) // clamped to the capacity
+		synctest.Wait()
+		require.NoError(t, <-done)
+		assert.Equal(t, int64(14), r.High())
+	})
+}
+
+// TestDiscard: items below a cursor every reader passed are evicted at once
+// (slots zeroed), never an unread one; reads above still see every item.
+func TestDiscard(t *testing.T) {
+	r := New(8, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 1, 3, 4, 6)))
+	r.Discard(4) // nothing read by the pacer yet: nothing goes
+	assert.Equal(t, int64(0), r.Low())
+	assert.Equal(t, []int64{0, 1, 3, 4, 6}, read(t, r, 0, 8, true))
+	read(t, r, 7, 8, true) // the pacer read everything below 7
+	r.Discard(4)
+	assert.Equal(t, int64(4), r.Low())
+	assert.Equal(t, 2, r.Len())
+	assert.Equal(t, []int64{4, 6}, read(t, r, 4, 8, false))
+	_, err := r.TryRead(3, nil, false)
+	require.ErrorIs(t, err, ErrEvicted)
+	for i, it := range r.mu.buf {
+		if it.off < 4 {
+			assert.Equal(t, rec{}, it, "slot %d zeroed", i)
+		}
+	}
+	covered, room := r.Room(6)
+	assert.True(t, covered)
+	assert.Equal(t, 7, room, "6 free slots, and item 4 below 6")
+	covered, _ = r.Room(3)
+	assert.False(t, covered)
+	// Wrapping, and a cursor past High.
+	require.NoError(t, r.Append(t.Context(), recs(span(7, 13)...)))
+	read(t, r, 100, 1, true)
+	r.Discard(100)
+	assert.Equal(t, int64(13), r.Low())
+	assert.Equal(t, int64(13), r.High())
+	assert.Zero(t, r.Len())
+	assert.Equal(t, make([]rec, 8), r.mu.buf)
+	require.NoError(t, r.Append(t.Context(), recs(13)))
+	assert.Equal(t, []int64{13}, read(t, r, 13, 8, false))
+}
+
+// TestGrowsOnDemand: the backing array starts small and doubles only while
+// the ring must hold more items; items and their order survive the growth.
+func TestGrowsOnDemand(t *testing.T) {
+	r := New(4096, 0, recOffset)
+	assert.Len(t, r.mu.buf, initialSlots)
+	// A pacer that keeps up and discards what it read: no growth.
+	for o := int64(0); o < 5000; o += 100 {
+		require.NoError(t, r.Append(t.Context(), recs(span(o, o+100)...)))
+		assert.Equal(t, span(o, o+100), read(t, r, o, 100, true))
+		read(t, r, o+100, 1, true)
+		r.Discard(o + 100)
+	}
+	assert.Len(t, r.mu.buf, initialSlots)
+	// Read items kept for a slow reader: it grows, wrapping items move in
+	// order.
+	require.NoError(t, r.Append(t.Context(), recs(span(5000, 5200)...)))
+	read(t, r, 5200, 1, true)
+	require.NoError(t, r.Append(t.Context(), recs(span(5200, 6000)...)))
+	assert.Len(t, r.mu.buf, 1024)
+	assert.Equal(t, int64(5000), r.Low())
+	assert.Equal(t, span(5000, 6000), read(t, r, 5000, 2000, false))
+}
+
 func TestAppendWaitsForPacerOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := New(4, 0, recOffset)

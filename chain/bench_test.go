@@ -95,3 +95,44 @@ func BenchmarkChainHeapFlat(b *testing.B) {
 		b.ReportMetric(float64(after20)/(1<<20), "heapMB@20x")
 	}
 }
+
+// BenchmarkChainExtraStage reports what one more no-op stage costs per
+// record (issue #13's target: ≤ 150 ns and ≤ 1 allocation): each iteration
+// runs b.N records through a one-stage and a four-stage chain, alternating
+// which goes first, and reports (time₄ − time₁) ÷ 3 and (mallocs₄ −
+// mallocs₁) ÷ 3 per record as ns/extra-stage and allocs/extra-stage. On a
+// loaded machine run it with -count and compare minima.
+func BenchmarkChainExtraStage(b *testing.B) {
+	recs := benchRecords(b.N)
+	run := func(n int) (time.Duration, uint64) {
+		tt := chaintest.New(b, noopStages(n), cheapDecoder, chain.WithBufferSize(8192), chain.WithBatchSize(256), chain.WithIdleTimeout(time.Millisecond))
+		tt.Log(0).SetMaxBatch(512)
+		tt.Log(0).Append(recs...)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		tt.Start(0)
+		tt.WaitIdle()
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if err := tt.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		return d, after.Mallocs - before.Mallocs
+	}
+	b.ResetTimer()
+	var d [5]time.Duration
+	var m [5]uint64
+	for _, order := range [][2]int{{1, 4}, {4, 1}} {
+		for _, n := range order {
+			dn, mn := run(n)
+			d[n], m[n] = d[n]+dn, m[n]+mn
+		}
+	}
+	b.StopTimer()
+	per := float64(2 * 3 * b.N)
+	b.ReportMetric(float64(d[4]-d[1])/per, "ns/extra-stage")
+	b.ReportMetric((float64(m[4])-float64(m[1]))/per, "allocs/extra-stage")
+	b.ReportMetric(float64(d[1])/float64(2*b.N), "ns/record@1-stage")
+}

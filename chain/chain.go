@@ -52,6 +52,9 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 		case s.KeyConcurrency < 0:
 			return nil, fmt.Errorf("chain: stage %q: key concurrency must be >= 0, got %d", s.Name, s.KeyConcurrency)
 		}
+		if _, err := ParseGateScope(string(s.Gate)); err != nil {
+			return nil, fmt.Errorf("chain: stage %q: %w", s.Name, err)
+		}
 		seen[s.Name] = true
 		names[i] = s.Name
 	}
@@ -66,6 +69,7 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 		return nil, err
 	}
 	cfg.observer = combine(cfg.observers)
+	cfg.completion = completions(cfg.observers)
 	for _, s := range stages {
 		if s.KeyConcurrency > cfg.inFlight {
 			return nil, fmt.Errorf("chain: stage %q: key concurrency %d exceeds the in-flight window %d", s.Name, s.KeyConcurrency, cfg.inFlight)

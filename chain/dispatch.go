@@ -20,7 +20,6 @@ import (
 // work context ends) or a fatal error of the key's record drops the rest.
 type dispatcher struct {
 	s       *stageRun
-	runCtx  context.Context
 	workCtx context.Context
 	work    chan *job
 	wg      sync.WaitGroup
@@ -35,13 +34,14 @@ type dispatcher struct {
 type job struct {
 	ev     Event
 	stream int64
+	kh     uint64
 	next   *job
 }
 
 type keyQueue struct{ head, tail *job }
 
-func newDispatcher(s *stageRun, runCtx, workCtx context.Context) *dispatcher {
-	d := &dispatcher{s: s, runCtx: runCtx, workCtx: workCtx, work: make(chan *job)}
+func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
+	d := &dispatcher{s: s, workCtx: workCtx, work: make(chan *job)}
 	d.mu.keys = make(map[string]*keyQueue)
 	for range s.st.KeyConcurrency {
 		pc := s.newContext()
@@ -51,13 +51,16 @@ func newDispatcher(s *stageRun, runCtx, workCtx context.Context) *dispatcher {
 }
 
 // dispatch hands a begun record to a worker, or queues it behind its key.
-// It blocks while every worker is busy. If the stage stops meanwhile, the
-// record — the last one the stage began, its key's only one — is dropped
-// (not processed, not committed: nothing after it was begun).
-func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64) error {
+// It blocks while every worker is busy. If ctx ends meanwhile, the record —
+// the last one the stage began, its key's only one — is dropped (not
+// processed, not committed: nothing after it was begun). A stage whose
+// follower is key-scoped, and a key-scoped stage, pass the work context:
+// their begun records are waited for (see keyGate), so only the shutdown
+// timeout drops them.
+func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh uint64) error {
 	d.mu.Lock()
 	j := d.newJobLocked()
-	j.ev, j.stream = *ev, stream
+	j.ev, j.stream, j.kh = *ev, stream, kh
 	if q, busy := d.mu.keys[string(ev.Key)]; busy {
 		if q.tail == nil {
 			q.head = j
@@ -90,17 +93,14 @@ func (d *dispatcher) newJobLocked() *job {
 }
 
 // worker takes keys from the stage loop and runs each key's records until
-// its queue is empty, also while the partition stops (see dispatcher).
+// its queue is empty, also while the partition stops (see dispatcher). It
+// returns once the stage loop is done dispatching (stop closes work): a
+// key-scoped stage still dispatches the records its gate releases while
+// the partition drains.
 func (d *dispatcher) worker(pc *Context) {
-	for {
-		var j *job
-		select {
-		case j = <-d.work:
-		case <-d.runCtx.Done():
-			return
-		}
+	for j := range d.work {
 		for j != nil {
-			err := d.s.process(pc, &j.ev, j.stream)
+			err := d.s.process(pc, &j.ev, j.stream, j.kh)
 			if err != nil {
 				d.s.p.fail(err)
 			}
@@ -144,8 +144,10 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	return n
 }
 
-// stop waits for the workers. A worker returns only with its key's queue
-// empty, so nothing is left queued.
+// stop tells the workers that nothing more is dispatched and waits for
+// them. A worker returns only with its key's queue empty, so nothing is
+// left queued. It is called once the stage loop returned.
 func (d *dispatcher) stop() {
+	close(d.work)
 	d.wg.Wait()
 }

@@ -23,7 +23,13 @@
 //     (completed everything fetched and nothing arrived for IdleTimeout),
 //     when its position is > o. A blocked follower sleeps on its leader's
 //     progress signal (and a timer for the idle deadline), never in a poll
-//     loop.
+//     loop. With Stage.Gate = GateKey the same holds per key (DESIGN §3
+//     "Gate scope"): stage k begins (o, t, key) once stage k−1 has
+//     completed every record of that key at offsets ≤ o + OffsetDistance
+//     and, when processing, below q(t + Lateness); other keys' records go
+//     on. The leader keeps its pending records per key and wakes the
+//     follower only for a key that moved past what it waits for. Positions
+//     never pass the leader's in either scope.
 //   - Exact handoff (I2): a stage's cursor moves only past records it began,
 //     in offset order, in buffered and polling mode alike.
 //   - Safe commits (I3): a stage's position is the end of its contiguous
@@ -41,7 +47,9 @@
 //   - Clean stop (I6, I10): on revoke or shutdown the partition stops
 //     beginning records and lets every begun one finish (ShutdownTimeout) —
 //     retries, acknowledgements and, in key-parallel stages, the records
-//     queued behind a busy key included — so the completed set is contiguous;
+//     queued behind a busy key included, and the records waiting in a
+//     key-scoped gate (they wait only for records their leader has begun) —
+//     so the completed set is contiguous;
 //     then it persists and commits exactly what completed, and a restart
 //     resumes every stage at its own position: nothing is repeated. After
 //     the timeout the records still in flight are abandoned (not committed,
@@ -55,7 +63,11 @@
 //     dead-lettered; Fatal errors stop the partition after the same final
 //     commit.
 //   - Bounded memory (I9): the buffer, each stage's in-flight window and the
-//     key queues are bounded by options; nothing grows with the input.
+//     key queues (the key-parallel workers' and the key-scoped gate's: their
+//     records are begun, so within the window) are bounded by options;
+//     nothing grows with the input. The buffer holds what the fetcher read
+//     ahead of the first stage (a few batches) and what some stage has yet
+//     to read; what every stage has read is dropped at once.
 //   - State that follows its partition (DESIGN §8, WithChangelog): a
 //     checkpoint acknowledges outputs, then appends its state changes to the
 //     partition's changelog and waits for the acknowledgement, then persists

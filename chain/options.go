@@ -47,6 +47,9 @@ type config struct {
 	observers       []Observer
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
+	// completion fans out to the observers that are CompletionObservers;
+	// nil when there is none.
+	completion CompletionObserver
 }
 
 func defaultConfig() config {
@@ -246,6 +249,55 @@ type BeginInfo struct {
 	LeaderWatermark time.Time
 	// Idle: the gate released it because the leader was idle.
 	Idle bool
+	// KeyScope: the stage's gate is key-scoped (GateKey). LeaderNext and
+	// LeaderWatermark are then the leader's progress on the record's key:
+	// every record of that key below LeaderNext was complete, and
+	// LeaderWatermark is the stream time S(LeaderNext). The partition rule's
+	// checks (LeaderNext > Offset + OffsetDistance, LeaderWatermark >
+	// EventTime + Lateness) then read per key.
+	KeyScope bool
+}
+
+// CompletionObserver is an Observer that is also told of every record a
+// stage completes, before the completion is visible to any other stage (so
+// an invariant checker has always heard of a leader's completion before
+// the follower it releases begins). It costs a call per record and stage;
+// meant for tests.
+type CompletionObserver interface {
+	Observer
+	Completed(topic string, partition int32, stage int, offset int64)
+}
+
+// completions returns the observers among obs that are CompletionObservers,
+// combined (nil if none).
+func completions(obs []Observer) CompletionObserver {
+	var cs completionFanout
+	for _, o := range obs {
+		if c, ok := o.(CompletionObserver); ok {
+			cs = append(cs, c)
+		}
+	}
+	switch len(cs) {
+	case 0:
+		return nil
+	case 1:
+		return cs[0]
+	}
+	return cs
+}
+
+type completionFanout []CompletionObserver
+
+func (f completionFanout) Begin(b BeginInfo) {}
+
+func (f completionFanout) Advanced(string, int32, int, int64, time.Time) {}
+
+func (f completionFanout) Committed(string, int32, int64, string) {}
+
+func (f completionFanout) Completed(topic string, partition int32, stage int, offset int64) {
+	for _, o := range f {
+		o.Completed(topic, partition, stage, offset)
+	}
 }
 
 // PartitionObserver is an Observer that is also told when a partition starts

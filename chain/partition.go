@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -47,6 +48,11 @@ type partitionRun struct {
 	mgr    *commit.Manager
 
 	stop context.CancelFunc // stops fetching and dispatching
+	// failed is closed at the first fatal error (a key-scoped stage's
+	// drain stops waiting for its leader then).
+	failed chan struct{}
+	// seed hashes record keys for the key-scoped gate (keyHash).
+	keySeed maphash.Seed
 
 	mu struct {
 		sync.Mutex
@@ -74,7 +80,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		c: c, topic: a.Topic, partition: a.Partition,
 		src: a.Source, committer: a.Committer,
 		log:   c.cfg.logger.With("topic", a.Topic, "partition", a.Partition),
-		start: -1,
+		start: -1, failed: make(chan struct{}), keySeed: maphash.MakeSeed(),
 	}
 	p.committed.Store(a.Committed)
 	if c.cfg.store != nil {
@@ -211,6 +217,7 @@ func (p *partitionRun) fail(err error) {
 	first := p.mu.err == nil
 	if first {
 		p.mu.err = err
+		close(p.failed)
 	}
 	p.mu.Unlock()
 	if first {
@@ -319,6 +326,7 @@ func (p *partitionRun) locateStart(ctx context.Context) ([]Record, error) {
 func (p *partitionRun) build() {
 	cfg := &p.c.cfg
 	p.ring = buffer.New[Event](cfg.bufferSize, p.start, offsetOf)
+	p.ring.LimitReadAhead(readAhead(cfg))
 	p.stages = make([]*stageRun, len(p.c.stages))
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
@@ -326,6 +334,34 @@ func (p *partitionRun) build() {
 	p.ready.Store(true)
 	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
 }
+
+// discardRead drops from the buffer the records every stage has read
+// (below the slowest stage's read position), so the buffer holds no
+// pointers to records nobody will read: with one stage, or followers
+// right behind the first, it holds little more than what is fetched ahead
+// (README "Why the misses": every GC cycle traced the whole buffer and the
+// fetch responses its records kept alive). Called by the first stage
+// before each read; the others' positions are read atomically (a stage's
+// is at most a batch behind its cursor, so the bound is safe).
+func (p *partitionRun) discardRead() {
+	slowest := int64(math.MaxInt64)
+	for _, s := range p.stages {
+		slowest = min(slowest, s.readPos.Load())
+	}
+	p.ring.Discard(slowest)
+}
+
+// readAhead is how far the fetcher may run ahead of the first stage: a few
+// batches. The rest of the buffer holds what the first stage has read for
+// its followers. Without the limit the fetcher filled the whole buffer
+// ahead of a first stage that was slower than it (the no-op chain's, for
+// one), so every record was read long after it was written, out of the
+// cache (README "Why the misses").
+func readAhead(cfg *config) int {
+	return min(cfg.bufferSize, readAheadBatches*cfg.batchSize)
+}
+
+const readAheadBatches = 4
 
 // goroutines are a running partition's: the fetcher and the commit loop
 // (fetchAndCommit), and the stages with their workers (loopsDone is closed
@@ -343,7 +379,7 @@ func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *
 	g.fetchAndCommit.Go(func() { p.commitLoop(runCtx) })
 	var loops sync.WaitGroup
 	for _, s := range p.stages {
-		s.startWorkers(runCtx, workCtx)
+		s.startWorkers(workCtx)
 		loops.Go(func() {
 			if err := s.loop(runCtx); err != nil {
 				p.fail(err)

@@ -43,6 +43,16 @@ type stageRun struct {
 	progress signal
 	retry    RetryPolicy
 
+	// The key-scoped gate. keys is set when this stage's follower has
+	// GateKey: its records begun and not completed, per key (guarded by
+	// mu); rd is then its read frontier (every offset below rd.next is
+	// begun, rd.wm = S(rd.next)), published after every begin, and readSig
+	// is notified with it. kg is set when this stage itself has GateKey.
+	keys    *keyTable
+	rd      published
+	readSig signal
+	kg      *keyGate
+
 	mu      sync.Mutex
 	tracker *commit.Tracker
 
@@ -50,6 +60,11 @@ type stageRun struct {
 	// drained is notified when it may have reached zero.
 	outstanding atomic.Int64
 	drained     signal
+
+	// readPos is the cursor as of the stage's last read of a batch: the
+	// stage will never read below it again. The first stage discards what
+	// every stage has passed (partitionRun.discardRead).
+	readPos atomic.Int64
 
 	// Owned by the stage goroutine.
 	cursor int64
@@ -79,7 +94,13 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	s.seq, _ = st.Processor.(Sequencer)
 	if i > 0 {
 		s.leader = p.stages[i-1]
+		if st.Gate == GateKey {
+			s.kg = newKeyGate(s, s.leader)
+			s.leader.keys = newKeyTable(p.c.cfg.inFlight, s.kg)
+		}
 	}
+	s.rd.store(cp.Next, cp.Watermark)
+	s.readPos.Store(cp.Next)
 	if p.ps != nil {
 		s.state = p.ps.Stage(i)
 	}
@@ -125,13 +146,10 @@ func unixTime(ns int64) time.Time {
 // loop reads the partition in offset order, through the gate, and begins
 // every record: skip, dead-letter, or dispatch to the processor.
 func (s *stageRun) loop(ctx context.Context) error {
-	defer func() {
-		if s.poller != nil {
-			if err := s.poller.Close(); err != nil {
-				s.p.log.Warn("closing poller", "stage", s.name, "err", err)
-			}
-		}
-	}()
+	if s.kg != nil {
+		return s.loopKeyed(ctx)
+	}
+	defer s.closePoller()
 	for {
 		batch, err := s.read(ctx)
 		if err != nil {
@@ -160,6 +178,14 @@ func (s *stageRun) loop(ctx context.Context) error {
 	}
 }
 
+func (s *stageRun) closePoller() {
+	if s.poller != nil {
+		if err := s.poller.Close(); err != nil {
+			s.p.log.Warn("closing poller", "stage", s.name, "err", err)
+		}
+	}
+}
+
 // read returns the next batch at the stage's cursor: from the handoff buffer,
 // or — when the stage fell behind what the buffer holds — from its own
 // poller, until the buffer covers the cursor again. Records come in offset
@@ -167,9 +193,19 @@ func (s *stageRun) loop(ctx context.Context) error {
 // switch neither skips nor repeats an offset (DESIGN I2).
 func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 	ring := s.p.ring
+	s.readPos.Store(s.cursor)
 	for {
 		if s.mode.Load() == modeBuffered {
-			b, err := ring.Read(ctx, s.cursor, s.batch[:0], s.idx == 0)
+			if s.idx == 0 {
+				s.p.discardRead()
+			}
+			var b []Event
+			var err error
+			if s.kg != nil {
+				b, err = s.readKeyedBuffer(ctx)
+			} else {
+				b, err = ring.Read(ctx, s.cursor, s.batch[:0], s.idx == 0)
+			}
 			if errors.Is(err, buffer.ErrEvicted) {
 				if s.poller, err = s.p.src.Poll(ctx, s.cursor); err != nil {
 					return nil, fmt.Errorf("stage %q: open poller at %d: %w", s.name, s.cursor, err)
@@ -218,13 +254,16 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 
 // backInBuffer reports whether a polling stage should read the buffer again:
 // its cursor is covered with a quarter of the buffer to spare before the
-// writer would evict it again (or it caught up with the buffer's head).
-// Without the margin a follower slightly slower than the fetcher would flip
-// modes at every batch.
+// writer would evict it again — free slots plus records below the cursor —
+// or it caught up with the buffer's head. Without the margin a follower
+// slightly slower than the fetcher would flip modes at every batch.
 func (s *stageRun) backInBuffer() bool {
 	ring := s.p.ring
-	low, high := ring.Low(), ring.High()
-	return s.cursor >= high || s.cursor >= low+int64(ring.Cap()/4)
+	if s.cursor >= ring.High() {
+		return true
+	}
+	covered, room := ring.Room(s.cursor)
+	return covered && room >= ring.Cap()/4
 }
 
 // handle begins one record: gate, stream time, tracker, then skip, dead
@@ -242,7 +281,11 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 			s.stream = t
 		}
 	}
-	if err := s.begin(ctx, ev.Offset); err != nil {
+	var kh uint64
+	if s.keys != nil {
+		kh = s.p.keyHash(ev.Key)
+	}
+	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
 		return err
 	}
 	// Observed only once the record is really begun: a record the gate let
@@ -250,12 +293,12 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	s.observe(ev, accept, rel)
 	if !accept && (valid || s.idx > 0) {
 		s.skipped.Add(1)
-		s.complete(ev.Offset)
+		s.complete(ev.Offset, kh)
 		return nil
 	}
 	if !valid {
 		// The first stage dead-letters invalid records (DESIGN I7).
-		s.deadLetter(ev, ev.Err)
+		s.deadLetter(ev, kh, ev.Err)
 		return nil
 	}
 	if s.seq != nil {
@@ -266,18 +309,26 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 			s.drop()
 			return s.recordError(ev.Offset, err)
 		case err != nil:
-			s.deadLetter(ev, err)
+			s.deadLetter(ev, kh, err)
 			return nil
 		case skip:
 			s.skipped.Add(1)
-			s.complete(ev.Offset)
+			s.complete(ev.Offset, kh)
 			return nil
 		}
 	}
 	if s.disp != nil {
-		return s.disp.dispatch(ctx, ev, streamBefore)
+		dctx := ctx
+		if s.keys != nil {
+			// A key-scoped follower may already wait for this record (it
+			// was published as begun): a stop must not drop it, or the
+			// follower's drain would wait for it until the shutdown
+			// timeout. The workers run until the loop is done.
+			dctx = s.work
+		}
+		return s.disp.dispatch(dctx, ev, streamBefore, kh)
 	}
-	return s.process(s.pc, ev, streamBefore)
+	return s.process(s.pc, ev, streamBefore, kh)
 }
 
 // gate is the LimitedEventProcessor: a follower begins offset o with event
@@ -373,39 +424,78 @@ func (s *stageRun) observe(ev *Event, processing bool, r release) {
 	}
 }
 
-// begin registers offset o in the tracker, waiting while the in-flight window
-// is full. The tracker's meta is the stream time including o: once the
-// position passes o, that is the stage's watermark.
-func (s *stageRun) begin(ctx context.Context, o int64) error {
-	var ch <-chan struct{}
+// begin registers offset o (key hash kh, stream time sBefore before it) in
+// the tracker — and in the key table when the follower is key-scoped —
+// waiting while the in-flight window is full. The tracker's meta is the
+// stream time including o: once the position passes o, that is the
+// stage's watermark. A key-scoped stage serves the keys its leader hands
+// back while it waits (its waiting records are what fills the window).
+func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64) error {
 	for {
-		s.mu.Lock()
-		err := s.tracker.Begin(o, s.stream)
-		s.mu.Unlock()
-		if err == nil {
-			s.outstanding.Add(1)
-			return nil
+		err := s.tryBegin(o, kh, sBefore)
+		if err == nil || !errors.Is(err, commit.ErrWindowFull) {
+			return err
 		}
-		if !errors.Is(err, commit.ErrWindowFull) {
-			return fmt.Errorf("stage %q: %w", s.name, err)
+		if s.kg != nil {
+			if err := s.kg.service(); err != nil {
+				return err
+			}
 		}
-		if ch == nil {
-			ch = s.progress.wait()
-			continue
+		ch := s.progress.wait()
+		if err := s.tryBegin(o, kh, sBefore); err == nil || !errors.Is(err, commit.ErrWindowFull) {
+			return err
+		}
+		var wk <-chan struct{}
+		if s.kg != nil {
+			if wk = s.kg.wake.wait(); s.kg.hasMoved.Load() {
+				continue
+			}
 		}
 		select {
 		case <-ch:
-			ch = nil
+		case <-wk:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
+// tryBegin is one attempt of begin: nil, commit.ErrWindowFull or a misuse
+// error. A key table's follower reads the frontier rd after the table: the
+// record is in the table before the frontier passes it.
+func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
+	s.mu.Lock()
+	err := s.tracker.Begin(o, s.stream)
+	if err == nil && s.keys != nil {
+		s.keys.begin(kh, o, sBefore)
+	}
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.outstanding.Add(1)
+		if s.keys != nil {
+			s.rd.store(o+1, s.stream)
+			s.readSig.notify()
+		}
+		return nil
+	case errors.Is(err, commit.ErrWindowFull):
+		return err
+	}
+	return fmt.Errorf("stage %q: %w", s.name, err)
+}
+
 // complete marks o done. The new checkpoint is published under mu, as one
 // value (published), so two completers cannot publish out of order and no
 // reader pairs a position with another position's watermark.
-func (s *stageRun) complete(o int64) {
+//
+// kh is the record's key hash when the stage keeps a key table (its
+// follower is key-scoped); a follower woken for the key runs its waiting
+// records. A CompletionObserver hears of the completion first, so it has
+// always heard of it before any follower acts on it.
+func (s *stageRun) complete(o int64, kh uint64) {
+	if co := s.p.c.cfg.completion; co != nil {
+		co.Completed(s.p.topic, s.p.partition, s.idx, o)
+	}
 	s.mu.Lock()
 	adv, err := s.tracker.Complete(o)
 	var next, wm int64
@@ -413,7 +503,11 @@ func (s *stageRun) complete(o int64) {
 		next, wm = s.tracker.Position()
 		s.cp.store(next, wm)
 	}
+	wake := err == nil && s.keys != nil && s.keys.complete(kh, o)
 	s.mu.Unlock()
+	if wake {
+		s.keys.follower.wake.notify()
+	}
 	if err != nil {
 		s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))
 	}
@@ -443,7 +537,7 @@ func (s *stageRun) drop() {
 // the record is dropped (not committed; processed again by the next owner)
 // and nothing of it is produced. process returns an error only when the
 // partition must stop.
-func (s *stageRun) process(pc *Context, ev *Event, stream int64) error {
+func (s *stageRun) process(pc *Context, ev *Event, stream int64, kh uint64) error {
 	attempts := 0
 	err := s.retry.Do(s.work, func() error {
 		if attempts > 0 {
@@ -459,12 +553,12 @@ func (s *stageRun) process(pc *Context, ev *Event, stream int64) error {
 		return nil
 	case err == nil:
 		s.processed.Add(1)
-		return s.emit(pc.out, ev.Offset)
+		return s.emit(pc.out, ev.Offset, kh)
 	case IsFatal(err):
 		s.drop()
 		return s.recordError(ev.Offset, err)
 	default:
-		s.deadLetter(ev, err)
+		s.deadLetter(ev, kh, err)
 		return nil
 	}
 }
@@ -474,9 +568,9 @@ func (s *stageRun) recordError(o int64, err error) error {
 }
 
 // emit produces msgs and completes o once all are acknowledged.
-func (s *stageRun) emit(msgs []Message, o int64) error {
+func (s *stageRun) emit(msgs []Message, o int64, kh uint64) error {
 	if len(msgs) == 0 {
-		s.complete(o)
+		s.complete(o, kh)
 		return nil
 	}
 	cfg := &s.p.c.cfg
@@ -493,7 +587,7 @@ func (s *stageRun) emit(msgs []Message, o int64) error {
 		s.drop()
 		return s.recordError(o, errors.New("stage emitted output but the chain has no producer (WithProducer)"))
 	}
-	cfg.producer.Produce(s.work, msgs, s.acked(o, "produce"))
+	cfg.producer.Produce(s.work, msgs, s.acked(o, kh, "produce"))
 	return nil
 }
 
@@ -501,10 +595,10 @@ func (s *stageRun) emit(msgs []Message, o int64) error {
 // success; otherwise the record is dropped (not committed) and the
 // partition fails — unless the shutdown timeout abandoned the record, whose
 // late errors fail nothing (partitionRun.fail ignores them).
-func (s *stageRun) acked(o int64, what string) func(error) {
+func (s *stageRun) acked(o int64, kh uint64, what string) func(error) {
 	return func(err error) {
 		if err == nil {
-			s.complete(o)
+			s.complete(o, kh)
 			return
 		}
 		s.drop()
@@ -516,16 +610,16 @@ func (s *stageRun) acked(o int64, what string) func(error) {
 // the dead-letter topic (DeadLetter: cut to WithMaxDeadLetterBytes; a
 // minimal one if Kafka refuses it for its size); the record completes on
 // acknowledgement.
-func (s *stageRun) deadLetter(ev *Event, reason error) {
+func (s *stageRun) deadLetter(ev *Event, kh uint64, reason error) {
 	s.dlq.Add(1)
 	cfg := &s.p.c.cfg
 	s.p.log.Warn("record dead-lettered", "stage", s.name, "offset", ev.Offset, "reason", reason.Error())
 	if cfg.dlqTopic == "" || cfg.producer == nil {
-		s.complete(ev.Offset)
+		s.complete(ev.Offset, kh)
 		return
 	}
 	m := DeadLetter(cfg.dlqTopic, s.name, &ev.Record, reason, cfg.maxDeadLetter)
-	ProduceDeadLetter(s.work, cfg.producer, m, s.acked(ev.Offset, "produce dead letter"))
+	ProduceDeadLetter(s.work, cfg.producer, m, s.acked(ev.Offset, kh, "produce dead letter"))
 }
 
 // noteProgress records when the position last moved (for stall detection).
@@ -535,10 +629,10 @@ func (s *stageRun) noteProgress(next int64) {
 	}
 }
 
-func (s *stageRun) startWorkers(runCtx, workCtx context.Context) {
+func (s *stageRun) startWorkers(workCtx context.Context) {
 	s.work = workCtx
 	if s.st.KeyConcurrency > 1 {
-		s.disp = newDispatcher(s, runCtx, workCtx)
+		s.disp = newDispatcher(s, workCtx)
 	}
 }
 

@@ -39,7 +39,11 @@ type StageStats struct {
 	Mode     string
 	Switches int64
 	// InFlight counts records begun and not completed.
-	InFlight     int
+	InFlight int
+	// KeyGated counts the records of a key-scoped stage (GateKey) begun and
+	// waiting in the key gate for their leader's progress on their key
+	// (part of InFlight).
+	KeyGated     int
 	Processed    int64
 	Skipped      int64
 	DeadLettered int64
@@ -96,5 +100,8 @@ func (s *stageRun) stats(hwm int64) StageStats {
 	s.mu.Lock()
 	st.InFlight = s.tracker.InFlight()
 	s.mu.Unlock()
+	if s.kg != nil {
+		st.KeyGated = int(s.kg.size.Load())
+	}
 	return st
 }

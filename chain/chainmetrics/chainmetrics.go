@@ -14,7 +14,7 @@
 //	differential.partition.<topic>.<partition>.{committed,commits,commit_errors,high_watermark,buffer_fill}
 //	differential.stage.<topic>.<partition>.<stage>.{position,watermark_unix_ms,lag,mode_polling,
 //	    mode_switches,processed,skipped,dead_lettered,retries,idle_releases,in_flight,
-//	    last_progress_unix_ms}, and for followers gap_offsets and gap_ms
+//	    last_progress_unix_ms}, and for followers gap_offsets, gap_ms and key_gated
 //
 // and, for a chain with a changelog, from the start of the partition's
 // restore to the moment RunPartition returns:
@@ -113,6 +113,7 @@ func (o *observer) PartitionStarted(topic string, partition int32, stats func() 
 		if i > 0 {
 			reg(sb+"gap_offsets", stage(func(s *chain.StageStats) int64 { return s.GapOffsets }))
 			reg(sb+"gap_ms", stage(func(s *chain.StageStats) int64 { return s.GapTime.Milliseconds() }))
+			reg(sb+"key_gated", stage(func(s *chain.StageStats) int64 { return int64(s.KeyGated) }))
 		}
 		reg(sb+"last_progress_unix_ms", stage(func(s *chain.StageStats) int64 { return unixMilli(s.LastProgress) }))
 	}

@@ -47,6 +47,9 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.BatchSize, "batch-size", 0, "DESIGN §6 baseline: its poll size in records (default 500)")
 	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "DESIGN §6 baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
 	fs.IntVar(&o.BufferSize, "buffer", 0, fmt.Sprintf("the chain's handoff buffer per partition (default %d)", chain.DefaultBufferSize))
+	gate := string(chain.GateKey)
+	fs.Var(enumValue{&gate, gateValues}, "gate", gateUsage)
+	fs.BoolVar(&o.OneGate, "one-gate", false, "measure the chain with --gate only (A and C also measure the other gate scope by default)")
 	fs.IntVar(&o.PollingBufferSize, "polling-buffer", 0, "the tiny buffer of the polling-fallback measurement (default 32)")
 	fs.Var(durationValue{&o.IdleTimeout}, "idle-timeout", "idle release `duration` of both designs (default 100ms)")
 	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "latency-phase load, a fraction of the slower design's throughput in each comparison (default 0.5)")
@@ -61,6 +64,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 		return err
 	}
 	o.Workloads = workloads
+	o.Gate = chain.GateScope(gate)
 	if err := checkBenchOptions(&o); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ type demoOptions struct {
 	partitions     int
 	seed           uint64
 	keyConcurrency int
+	gate           string
 	maxRecordBytes int
 	logFormat      string
 	logLevel       string
@@ -55,13 +56,14 @@ With --velocity-window, the chain has the velocity stage, the workload has
 click-spam bursts, and the alerts are verified too.`
 
 func demoCmd(ctx context.Context, args []string, e *env) error {
-	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, maxRecordBytes: 64 << 10,
+	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: 64 << 10,
 		logFormat: "text", logLevel: "error"}
 	fs := newFlagSet("demo", demoSynopsis, e)
 	fs.IntVar(&o.records, "records", o.records, "number of generated records")
 	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions of the input and output topics")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
+	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
 	o.velocity.register(fs)
@@ -193,7 +195,7 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	// The chain's defaults, but a short idle release: the end of the
 	// generated log should not wait a second.
 	settings := defaultEngineSettings()
-	settings.idleTimeout, settings.keyConcurrency = 250*time.Millisecond, o.keyConcurrency
+	settings.idleTimeout, settings.keyConcurrency, settings.gate = 250*time.Millisecond, o.keyConcurrency, o.gate
 	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
 	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
 	if err != nil {
@@ -330,8 +332,8 @@ func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alert
 func (o *demoOptions) report(w io.Writer, r *demoResult) {
 	v := r.v
 	n := len(r.recs)
-	fmt.Fprintf(w, "\nDifferential demo: %s records, %d partitions, seed %d, key concurrency %d\n",
-		count(n), o.partitions, o.seed, o.keyConcurrency)
+	fmt.Fprintf(w, "\nDifferential demo: %s records, %d partitions, seed %d, key concurrency %d, %s gate\n",
+		count(n), o.partitions, o.seed, o.keyConcurrency, o.gate)
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(w, "  records in      %s (%s)\n", count(n), kindSummary(r.recs))
 	stages := 3

@@ -29,3 +29,22 @@ func TestDemoFailsWhenAnOutputIsLost(t *testing.T) {
 	require.Contains(t, out, "lost: no ")
 	require.Contains(t, errs, "verification failed")
 }
+
+// TestDemoGateScopes runs the demo through Kafka (the embedded broker, or
+// DIFFERENTIAL_TEST_BROKERS) under both gate scopes with key-parallel
+// stages: each run's outputs and dead letters must equal the reference
+// model's record for record, one user's outputs in offset order (the
+// demo's verification) — so the key-scoped gate and the partition gate
+// give the same results on a real consumer group, producer and commits.
+func TestDemoGateScopes(t *testing.T) {
+	for _, gate := range []string{"key", "partition"} {
+		t.Run(gate, func(t *testing.T) {
+			code, out, errs := runCLI(t, hooks{}, "demo", "--records", "6000", "--partitions", "3", "--seed", "5",
+				"--key-concurrency", "8", "--gate", gate)
+			require.Equal(t, exitOK, code, errs)
+			require.Contains(t, out, "key concurrency 8, "+gate+" gate")
+			require.Contains(t, out, "verification    OK")
+			require.Regexp(t, `outputs\s+[1-9][\d,]* \(installs`, out)
+		})
+	}
+}

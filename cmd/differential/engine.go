@@ -18,6 +18,7 @@ type engineSettings struct {
 	idleTimeout    time.Duration
 	buffer         int
 	keyConcurrency int
+	gate           string // the followers' gate scope: "key" or "partition"
 	commitInterval time.Duration
 	shutdown       time.Duration
 	output, dlq    string
@@ -26,11 +27,12 @@ type engineSettings struct {
 	alerts string
 }
 
-// defaultEngineSettings are the chain's defaults, strict partition order,
-// and the default topic names.
+// defaultEngineSettings are the chain's defaults, one record at a time per
+// stage, the attribution chain's key-scoped gate, and the default topic
+// names.
 func defaultEngineSettings() engineSettings {
 	return engineSettings{
-		idleTimeout: chain.DefaultIdleTimeout, buffer: chain.DefaultBufferSize, keyConcurrency: 1,
+		idleTimeout: chain.DefaultIdleTimeout, buffer: chain.DefaultBufferSize, keyConcurrency: 1, gate: string(chain.GateKey),
 		commitInterval: chain.DefaultCommitInterval, shutdown: chain.DefaultShutdownTimeout,
 		output: "attributions", dlq: "events-dlq",
 	}
@@ -63,9 +65,16 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		}
 		return stages
 	}
-	return attribution.NewChainWith(rules, attribution.Wiring{KeyConcurrency: s.keyConcurrency, AlertsTopic: s.alerts, Stages: wire},
+	w := attribution.Wiring{KeyConcurrency: s.keyConcurrency, Gate: chain.GateScope(s.gate), AlertsTopic: s.alerts, Stages: wire}
+	return attribution.NewChainWith(rules, w,
 		append(opts, h.chainOptions...)...)
 }
+
+// gateValues are the values of --gate.
+var gateValues = []string{string(chain.GateKey), string(chain.GatePartition)}
+
+// gateUsage is the --gate flag's help.
+const gateUsage = "the followers' gate scope: `key|partition` (key: an install waits only for its user's clicks, a purchase for its user's installs; partition: for every record before it; same outputs)"
 
 // rebalanceTimeout leaves a revoked partition time to drain and commit
 // before the group gives up on the member (kafka.Config.RebalanceTimeout).

@@ -38,6 +38,9 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"out of range", []string{"run", b, "--offset-distance", "9000"}, "--offset-distance must be >= 0 and smaller than --buffer (8192), got 9000"},
 		{"zero lookback", []string{"run", b, "--lookback", "0s"}, "--lookback must be > 0"},
 		{"key concurrency", []string{"run", b, "--key-concurrency", "0"}, "--key-concurrency must be in [1, 1024]"},
+		{"gate", []string{"run", b, "--gate", "user"}, `invalid value "user" for flag --gate: must be one of key, partition`},
+		{"demo gate", []string{"demo", "--gate", "keys"}, `invalid value "keys" for flag --gate: must be one of key, partition`},
+		{"bench gate", []string{"bench", "--gate", ""}, `invalid value "" for flag --gate: must be one of key, partition`},
 		{"illegal topic", []string{"run", b, "--output", "a/b"}, `--output: "a/b" is not a legal Kafka topic name`},
 		{"output is input", []string{"run", b, "--output", "events"}, "--output and --dlq must differ from the input --topic"},
 		{"kafka version", []string{"run", b, "--kafka-version", "0.10.2.0"}, "--kafka-version: 0.10.2.0 is too old"},
@@ -96,6 +99,7 @@ lookback: 3d
 lateness: 90s
 buffer: 1024
 key-concurrency: 8
+gate: partition
 start: latest
 metrics-addr: ":9100"
 `)
@@ -109,9 +113,13 @@ metrics-addr: ":9100"
 	require.Equal(t, 72*time.Hour, o.lookback)
 	require.Equal(t, 90*time.Second, o.lateness)
 	require.Equal(t, 8, o.keyConcurrency)
+	require.Equal(t, "partition", o.gate)
 	require.Equal(t, "latest", o.start)
 	require.Equal(t, ":9100", o.metricsAddr)
 	require.Equal(t, "attributions", o.output, "default")
+	d, err := parseRunOptions([]string{"--brokers", "k:1"}, &env{})
+	require.NoError(t, err)
+	require.Equal(t, "key", d.gate, "the attribution chain's default gate scope")
 	a := o.attribution()
 	require.Equal(t, 72*time.Hour, a.DedupHorizon, "the dedup horizon defaults to the lookback")
 	require.NoError(t, a.Validate())

@@ -52,7 +52,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{
 		"differential_stage_position", "differential_stage_lag", "differential_stage_mode_polling",
-		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight",
+		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
 		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
 		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
 		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",

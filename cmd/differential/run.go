@@ -87,7 +87,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
 		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
-		"assignor", o.assignor, "key_concurrency", o.keyConcurrency)
+		"assignor", o.assignor, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	if o.velocity.window > 0 {
 		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
 			"alerts", o.velocity.alertsTopic(o.output))

@@ -15,7 +15,7 @@ import (
 // runOptions are the settings of `differential run`, from flags and the
 // configuration file.
 type runOptions struct {
-	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --commit-interval, --shutdown-timeout, --output, --dlq
+	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --gate, --commit-interval, --shutdown-timeout, --output, --dlq
 
 	config         string
 	brokers        []string
@@ -94,7 +94,8 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Int64Var(&o.offsetDistance, "offset-distance", o.offsetDistance, "safety distance in offsets between a stage and its leader")
 	fs.Var(durationValue{&o.idleTimeout}, "idle-timeout", "the `duration` a caught-up leader must see no new record before its followers are released")
 	fs.IntVar(&o.buffer, "buffer", o.buffer, "per-partition handoff buffer, in records")
-	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once (1: strict partition order)")
+	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once (1: one at a time)")
+	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.Var(durationValue{&o.commitInterval}, "commit-interval", "the `duration` between checkpoints (state persisted, offsets committed)")
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")

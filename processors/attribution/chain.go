@@ -15,7 +15,10 @@ import (
 // stage (StageVelocity, VelocityProcessor, filtering clicks) runs between
 // click and install: click → velocity → install → purchase. It panics if
 // cfg is invalid (see Config.Validate). The processors are safe for
-// KeyConcurrency > 1; the engine's follower gate must use cfg.Lateness.
+// KeyConcurrency > 1 and for the key-scoped gate, which every follower
+// uses (Gate = chain.GateKey: an install waits only for its own user's
+// clicks, a purchase for its own user's installs, the velocity stage for
+// its user's clicks); the engine's follower gate must use cfg.Lateness.
 func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 	cfg.mustValidate("attribution.Chain")
 	var o chainOptions
@@ -24,8 +27,8 @@ func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 	}
 	stages := []chain.Stage{
 		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg}},
-		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}},
-		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}},
+		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}, Gate: chain.GateKey},
+		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}, Gate: chain.GateKey},
 	}
 	if cfg.Velocity.Enabled() {
 		vp, err := NewVelocityProcessor(cfg, o.alertsTopic)
@@ -33,7 +36,7 @@ func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 			panic("attribution.Chain: " + err.Error()) // cfg was validated above
 		}
 		stages = append(stages[:1], append([]chain.Stage{
-			{Name: StageVelocity, Filter: typeFilter(TypeClick), Processor: vp}}, stages[1:]...)...)
+			{Name: StageVelocity, Filter: typeFilter(TypeClick), Processor: vp, Gate: chain.GateKey}}, stages[1:]...)...)
 	}
 	return stages
 }

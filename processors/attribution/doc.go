@@ -95,6 +95,21 @@
 // result does not depend on how far ahead the click stage is (except under
 // idle release, DESIGN §5).
 //
+// # Gate scope
+//
+// The install and purchase stages use the key-scoped gate (chain.GateKey;
+// Wiring.Gate = chain.GatePartition selects the partition gate): an install
+// of user u waits only until the click stage has completed u's clicks at
+// offsets ≤ o + OffsetDistance and below q(t+Lateness), the first offset
+// whose stream time exceeds t+Lateness — exactly the clicks the rule can
+// use, since a click at or after q has A ≥ S(q) > t+Lateness; a purchase
+// likewise waits only for u's installs. Every other read of the processors
+// is of the record's own user's keys, or (Sequence) of its own stage's
+// dedup entries in offset order, and eviction only drops what no rule can
+// use at the slowest stage's watermark, so the outputs equal the
+// partition gate's record for record (TestKeyScopeEqualsPartitionScopeAndModel);
+// only the order of different users' outputs of a stage changes.
+//
 // Errors: a payload that is not *Event (wrong Decoder) and corrupt state
 // values are Fatal; state errors are retried in Process and Fatal in
 // Sequence (whose errors the engine dead-letters without retry).

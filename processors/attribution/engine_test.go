@@ -37,10 +37,14 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		velocity    bool
 		keyParallel int
 		restarts    bool
+		// gate: "" is the attribution chain's default, the key scope.
+		gate chain.GateScope
 	}{
 		{name: "defaults", buffer: 8192},
 		{name: "lateness-10m-distance-5", lateness: 10 * time.Minute, distance: 5, buffer: 8192},
 		{name: "tiny-buffer-polling", buffer: 32},
+		{name: "partition-gate", buffer: 8192, gate: chain.GatePartition},
+		{name: "partition-gate-tight", lateness: 3 * time.Hour, buffer: 8192, slowLeaders: true, gate: chain.GatePartition},
 		{name: "lateness-3h", lateness: 3 * time.Hour, buffer: 256},
 		{name: "lateness-3h-tight-gate", lateness: 3 * time.Hour, buffer: 8192, slowLeaders: true},
 		{name: "lateness-0-tight-gate", buffer: 8192, slowLeaders: true},
@@ -58,7 +62,7 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 					cfg.Velocity = attribution.DefaultVelocity(time.Hour)
 					cfg.Velocity.Threshold = 2
 				}
-				w := attribution.Wiring{KeyConcurrency: tc.keyParallel, AlertsTopic: "alerts"}
+				w := attribution.Wiring{KeyConcurrency: tc.keyParallel, AlertsTopic: "alerts", Gate: tc.gate}
 				if tc.slowLeaders {
 					w.Stages = slowLeaders
 				}
@@ -143,18 +147,24 @@ func runAgainstModelWith(t *testing.T, cfg attribution.Config, w attribution.Wir
 			require.Empty(t, alerts)
 		}
 	}
-	order := reference.StageOrder
-	if w.KeyConcurrency > 1 {
-		order = reference.KeyOrder
-	}
 	r := reference.Check(inputs, cfg, outputs, reference.FromMessages(tt.Outputs("dlq")),
-		reference.Options{Duplicates: reference.NoDuplicates, Order: order})
+		reference.Options{Duplicates: reference.NoDuplicates, Order: orderOf(w)})
 	require.Greater(t, r.Outputs().Want, 1000, "the workload must produce outputs")
 	require.Positive(t, r.DeadLetters.Want)
 	if cfg.Velocity.Enabled() && w.AlertsTopic != "" {
 		require.Len(t, tt.Outputs(w.AlertsTopic), r.Alerts.Distinct(), "the alerts, and only they, go to their topic")
 	}
 	return r
+}
+
+// orderOf is the output order a chain wired by w keeps: each stage's
+// outputs in input offset order in strict partition order (the partition
+// gate, no key-parallelism); one key's in order otherwise.
+func orderOf(w attribution.Wiring) reference.Order {
+	if w.Gate == chain.GatePartition && w.KeyConcurrency <= 1 {
+		return reference.StageOrder
+	}
+	return reference.KeyOrder
 }
 
 // slowLeaders makes every stage but the last (click and install, and

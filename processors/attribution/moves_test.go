@@ -75,7 +75,7 @@ func stateFollowsMoves(t *testing.T, velocity bool) {
 	model := reference.Expect(inputs, cfg)
 	outputs := append(reference.FromMessages(tt.Outputs("output")), reference.FromMessages(tt.Outputs("alerts"))...)
 	r := model.Check(outputs, reference.FromMessages(tt.Outputs("dlq")),
-		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+		reference.Options{Duplicates: reference.NoDuplicates, Order: orderOf(w)})
 	require.True(t, r.OK(), r.Summary())
 	require.Greater(t, r.Outputs().Matched, 1000, "the workload must produce outputs")
 	if velocity {

@@ -12,6 +12,11 @@ type Wiring struct {
 	// partition order. At most the chain's in-flight window
 	// (chain.DefaultInFlight unless chain.WithInFlight says otherwise).
 	KeyConcurrency int
+	// Gate, if set, is the followers' gate scope instead of Chain's
+	// chain.GateKey: chain.GatePartition makes every follower wait for its
+	// leader's whole partition (the rule before key scope; the outputs are
+	// the same, DESIGN §3). "" keeps GateKey.
+	Gate chain.GateScope
 	// Stages, if set, is given the stages of Chain(cfg) (KeyConcurrency
 	// applied) and returns the stages to run: benchmarks wrap processors
 	// with a simulated cost, tests pause or slow one. It must keep the
@@ -42,6 +47,9 @@ func NewChainWith(cfg Config, w Wiring, opts ...chain.Option) (*chain.Chain, err
 	stages := Chain(cfg, AlertsTopic(w.AlertsTopic))
 	for i := range stages {
 		stages[i].KeyConcurrency = w.KeyConcurrency
+		if w.Gate != "" && i > 0 {
+			stages[i].Gate = w.Gate
+		}
 	}
 	if w.Stages != nil {
 		stages = w.Stages(stages)

@@ -1,0 +1,537 @@
+package chain_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chaintest"
+)
+
+// keyInvariantObserver checks DESIGN I1 per key for key-scoped stages, from
+// its own record of the log and of every completion — not from what the
+// engine reports about its leader: when a stage begins (o, t, key k), its
+// leader must have completed
+//
+//	(a′) every record of k at offsets ≤ o + d, and
+//	(b′) when processing, every record of k at offsets < q(t + lateness),
+//	     where q(x) is the first offset whose stream time S exceeds x, which
+//	     must exist (be in the log) unless the release was by idleness;
+//
+// or, released by idleness, every record of k at offsets ≤ o. It also
+// checks that each stage begins one key's records in offset order, and, for
+// partition-scoped stages, the partition rule.
+type keyInvariantObserver struct {
+	t        testing.TB
+	d        int64
+	lateness time.Duration
+	keyed    []bool // per stage: GateKey
+
+	mu sync.Mutex
+	// The log as fed: key, event time, validity per offset; s[o] = S(o).
+	key   []string
+	time  []time.Time
+	valid []bool
+	s     []time.Time
+	byKey map[string][]int64
+
+	completed map[int]map[int64]bool // stage → offsets completed
+	begun     map[int][]int64
+	lastOfKey map[int]map[string]int64
+	next      map[int]int64 // positions from Advanced
+	idles     int
+	released  int // key-scoped begins checked
+	errs      []string
+}
+
+func newKeyInvariantObserver(t testing.TB, d int64, lateness time.Duration, keyed []bool) *keyInvariantObserver {
+	return &keyInvariantObserver{t: t, d: d, lateness: lateness, keyed: keyed,
+		byKey: map[string][]int64{}, completed: map[int]map[int64]bool{}, begun: map[int][]int64{},
+		lastOfKey: map[int]map[string]int64{}, next: map[int]int64{}}
+}
+
+// fed records recs (offsets 0, 1, … in order, as chaintest assigns them)
+// before they are appended to the log.
+func (o *keyInvariantObserver) fed(recs ...chain.Record) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range recs {
+		d, err := testDecoder.Decode(&r)
+		s := time.Time{}
+		if n := len(o.s); n > 0 {
+			s = o.s[n-1]
+			if o.valid[n-1] && o.time[n-1].After(s) {
+				s = o.time[n-1]
+			}
+		}
+		off := int64(len(o.key))
+		o.key = append(o.key, string(r.Key))
+		o.time = append(o.time, d.Time)
+		o.valid = append(o.valid, err == nil)
+		o.s = append(o.s, s)
+		o.byKey[string(r.Key)] = append(o.byKey[string(r.Key)], off)
+	}
+}
+
+// q returns the first offset whose stream time exceeds x, or -1 if the log
+// has none (yet).
+func (o *keyInvariantObserver) q(x time.Time) int64 {
+	for i := range o.valid {
+		if o.valid[i] && o.time[i].After(x) {
+			return int64(i) + 1
+		}
+	}
+	return -1
+}
+
+func (o *keyInvariantObserver) Completed(_ string, _ int32, stage int, off int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.completed[stage] == nil {
+		o.completed[stage] = map[int64]bool{}
+	}
+	if o.completed[stage][off] {
+		o.errs = append(o.errs, fmt.Sprintf("stage %d completed %d twice", stage, off))
+	}
+	o.completed[stage][off] = true
+}
+
+func (o *keyInvariantObserver) Begin(b chain.BeginInfo) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.begun[b.Stage] = append(o.begun[b.Stage], b.Offset)
+	k := o.key[b.Offset]
+	if o.lastOfKey[b.Stage] == nil {
+		o.lastOfKey[b.Stage] = map[string]int64{}
+	}
+	if last, ok := o.lastOfKey[b.Stage][k]; ok && last > b.Offset {
+		o.errs = append(o.errs, fmt.Sprintf("stage %d began %d of key %s after %d", b.Stage, b.Offset, k, last))
+	}
+	o.lastOfKey[b.Stage][k] = b.Offset
+	if b.Stage == 0 {
+		return
+	}
+	if b.KeyScope != o.keyed[b.Stage] {
+		o.errs = append(o.errs, fmt.Sprintf("stage %d began %d with KeyScope=%v", b.Stage, b.Offset, b.KeyScope))
+	}
+	if !o.keyed[b.Stage] {
+		o.checkPartitionLocked(b)
+		return
+	}
+	o.released++
+	leader := o.completed[b.Stage-1]
+	limit := b.Offset + o.d
+	if b.Idle {
+		o.idles++
+		limit = b.Offset
+	} else if b.Processing {
+		q := o.q(b.EventTime.Add(o.lateness))
+		if q < 0 {
+			o.errs = append(o.errs, fmt.Sprintf("b′: stage %d processed %d (t=%v) before any record with a later time than t+lateness was in the log", b.Stage, b.Offset, b.EventTime))
+		}
+		limit = max(limit, q-1)
+	}
+	for _, r := range o.byKey[k] {
+		if r > limit {
+			break
+		}
+		if !leader[r] {
+			o.errs = append(o.errs, fmt.Sprintf("I1 per key: stage %d began %d (key %s, t=%v, idle %v) before its leader completed %d (limit %d)",
+				b.Stage, b.Offset, k, b.EventTime, b.Idle, r, limit))
+			return
+		}
+	}
+	// What the engine reports must agree: LeaderNext is its view of the
+	// leader's progress on the key.
+	if !b.Idle && b.LeaderNext <= b.Offset+o.d {
+		o.errs = append(o.errs, fmt.Sprintf("stage %d began %d with leader key progress %d, distance %d", b.Stage, b.Offset, b.LeaderNext, o.d))
+	}
+}
+
+func (o *keyInvariantObserver) checkPartitionLocked(b chain.BeginInfo) {
+	if b.Idle {
+		o.idles++
+		if b.LeaderNext <= b.Offset {
+			o.errs = append(o.errs, fmt.Sprintf("I1: stage %d began %d with leader at %d (idle)", b.Stage, b.Offset, b.LeaderNext))
+		}
+		return
+	}
+	if b.LeaderNext <= b.Offset+o.d {
+		o.errs = append(o.errs, fmt.Sprintf("I1: stage %d began %d with leader at %d, distance %d", b.Stage, b.Offset, b.LeaderNext, o.d))
+	}
+	if b.Processing && !b.LeaderWatermark.After(b.EventTime.Add(o.lateness)) {
+		o.errs = append(o.errs, fmt.Sprintf("gate: stage %d processed %d with leader watermark %v", b.Stage, b.Offset, b.LeaderWatermark))
+	}
+}
+
+// Advanced checks that no stage's position passes its leader's completed
+// records (I1's first half holds in both scopes). (Two completers publish
+// positions in order but may report them to observers out of order, so a
+// report below an earlier one is not an error here.)
+func (o *keyInvariantObserver) Advanced(_ string, _ int32, stage int, next int64, _ time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.next[stage] = max(o.next[stage], next)
+	// The leader completed every offset below next: checked against the
+	// completions (a position is published after its completions).
+	if stage > 0 {
+		for off := next - 1; off >= 0 && off >= next-64; off-- {
+			if !o.completed[stage-1][off] {
+				o.errs = append(o.errs, fmt.Sprintf("stage %d at %d while its leader has not completed %d", stage, next, off))
+				break
+			}
+		}
+	}
+}
+
+func (o *keyInvariantObserver) Committed(string, int32, int64, string) {}
+
+func (o *keyInvariantObserver) check() {
+	o.t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.errs) > 0 {
+		o.t.Fatalf("%d invariant violations, first: %s", len(o.errs), o.errs[0])
+	}
+}
+
+// keyedStages is threeStages with the followers' gate scopes set.
+func keyedStages(r *recorder, emit bool, keyConc int, cost func(stage string, o int64) time.Duration, gates [3]chain.GateScope) []chain.Stage {
+	mk := func(name string) chain.Stage {
+		var c func(int64) time.Duration
+		if cost != nil {
+			c = func(o int64) time.Duration { return cost(name, o) }
+		}
+		return chain.Stage{Name: name, Filter: typeFilter(name), Processor: r.proc(emit, c), KeyConcurrency: keyConc}
+	}
+	st := []chain.Stage{mk("click"), mk("install"), mk("purchase")}
+	for i := range st {
+		st[i].Gate = gates[i]
+	}
+	return st
+}
+
+// TestI1PerKeyRandomized checks I1 per key (DESIGN §3 "Gate scope", (a′)
+// and (b′)) at every record a key-scoped stage begins, against the
+// observer's own record of every completion, over random offset distances,
+// lateness, buffer and batch sizes, key counts, key-parallelism, mixed
+// scopes, acknowledgement orders, processing costs and a slow hot key; and
+// that every stage still begins every offset exactly once.
+func TestI1PerKeyRandomized(t *testing.T) {
+	for seed := range uint64(32) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 13))
+				d := int64(rng.IntN(20))
+				lateness := time.Duration(rng.IntN(10)) * time.Second
+				bufSize := int(d) + 2 + rng.IntN(200)
+				keyConc := []int{0, 0, 4, 16}[rng.IntN(4)]
+				users := []int{1, 2, 7, 40}[rng.IntN(4)]
+				gates := [3]chain.GateScope{"", chain.GateKey, chain.GateKey}
+				if rng.IntN(4) == 0 {
+					gates[1+rng.IntN(2)] = chain.GatePartition
+				}
+				keyed := []bool{false, gates[1] == chain.GateKey, gates[2] == chain.GateKey}
+				costRng := rand.New(rand.NewPCG(seed, 9))
+				costs := make([]time.Duration, 2000)
+				for i := range costs {
+					costs[i] = time.Duration(costRng.IntN(2000)) * time.Microsecond
+				}
+				recs := workload(rng, 1500, users, 97)
+				hot := string(recs[0].Key) // the hot key is 20× slower in every stage
+				cost := func(stage string, o int64) time.Duration {
+					if string(recs[o].Key) == hot {
+						return 20 * costs[o%2000]
+					}
+					return costs[o%2000]
+				}
+				r := newRecorder()
+				obs := newKeyInvariantObserver(t, d, lateness, keyed)
+				tt := chaintest.New(t, keyedStages(r, rng.IntN(2) == 0, keyConc, cost, gates),
+					testDecoder, chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
+					chain.WithBufferSize(bufSize), chain.WithBatchSize(min(bufSize, 1+rng.IntN(32))),
+					chain.WithInFlight(16+rng.IntN(100)))
+				if rng.IntN(2) == 0 {
+					tt.SetAckMode(chaintest.AckAsync)
+				}
+				tt.Log(0).SetMaxBatch(1 + rng.IntN(100))
+				tt.Start(0)
+				for i := 0; i < len(recs); {
+					n := min(len(recs)-i, 1+rng.IntN(400))
+					obs.fed(recs[i : i+n]...)
+					tt.Append(0, recs[i:i+n]...)
+					i += n
+					if rng.IntN(3) == 0 {
+						tt.WaitIdle()
+					}
+				}
+				tt.WaitIdle()
+				require.NoError(t, tt.Stop())
+				obs.check()
+				require.Positive(t, obs.released, "some records must pass a key-scoped gate")
+				for s := range 3 {
+					got := slices.Clone(obs.begun[s])
+					slices.Sort(got)
+					require.Equal(t, seq(0, int64(len(recs))), got, "stage %d began each offset once", s)
+				}
+				for _, st := range []string{"click", "install", "purchase"} {
+					for o, c := range r.calls[st] {
+						require.Equal(t, 1, c, "stage %s offset %d processed %d times", st, o, c)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestKeyGateSlowKeyDoesNotHoldOtherKeys: the leader (key-parallel) is
+// stuck on one record of key "hot"; under the key scope its follower runs
+// every other key's records meanwhile and holds back only "hot"'s; under the
+// partition scope the follower runs nothing past the stuck offset.
+func TestKeyGateSlowKeyDoesNotHoldOtherKeys(t *testing.T) {
+	for _, gate := range []chain.GateScope{chain.GateKey, chain.GatePartition} {
+		t.Run(string(gate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				var mu sync.Mutex
+				followed := map[int64]bool{}
+				lead := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+					if string(e.Key) == "hot" && e.Offset == 0 {
+						<-release
+					}
+					return nil
+				})
+				follow := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+					mu.Lock()
+					followed[e.Offset] = true
+					mu.Unlock()
+					return nil
+				})
+				stages := []chain.Stage{
+					{Name: "lead", Processor: lead, KeyConcurrency: 4},
+					{Name: "follow", Processor: follow, Gate: gate},
+				}
+				tt := chaintest.New(t, stages, testDecoder)
+				tt.Start(0)
+				// hot@0 blocks the leader; the other keys' records, later
+				// hot records and their times follow.
+				keys := []string{"hot", "a", "b", "hot", "c", "a", "b", "c", "a", "hot", "b"}
+				for i, k := range keys {
+					tt.Append(0, chaintest.Rec(k, ev("click", i), base))
+				}
+				synctest.Wait()
+				mu.Lock()
+				got := len(followed)
+				mu.Unlock()
+				if gate == chain.GateKey {
+					// Every record of a, b, c but the last (its event time
+					// is the stream's latest: q is not known yet).
+					require.Equal(t, 7, got, "the follower runs the other keys' records")
+					st := tt.Stats()[0].Stages[1]
+					require.Equal(t, 3, st.KeyGated, "hot@0, hot@3, hot@9 wait in the gate")
+					require.Equal(t, int64(0), st.Position)
+				} else {
+					require.Zero(t, got, "under the partition gate nothing passes the stuck offset")
+				}
+				close(release)
+				tt.WaitIdle()
+				require.NoError(t, tt.Stop())
+				require.Len(t, followed, len(keys))
+			})
+		})
+	}
+}
+
+// TestKeyGateCleanStopRepeatsNothing stops key-scoped chains mid-run (the
+// SIGTERM path) with records waiting in the key gates, restarts them, and
+// checks every record was processed exactly once per stage across both
+// runs and the final commit covers exactly what completed: the drain runs
+// the gated records to the end (DESIGN I6).
+func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 3))
+				recs := workload(rng, 2000, 9, 0)
+				hot := string(recs[0].Key)
+				cost := func(_ string, o int64) time.Duration {
+					if string(recs[o].Key) == hot {
+						return 2 * time.Millisecond
+					}
+					return time.Duration(o%7) * 100 * time.Microsecond
+				}
+				r := newRecorder()
+				obs := newKeyInvariantObserver(t, 3, time.Second, []bool{false, true, true})
+				obs.fed(recs...)
+				gates := [3]chain.GateScope{"", chain.GateKey, chain.GateKey}
+				tt := chaintest.New(t, keyedStages(r, true, 4+int(seed%2)*4, cost, gates), testDecoder,
+					chain.WithOffsetDistance(3), chain.WithLateness(time.Second), chain.WithObserver(obs),
+					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64))
+				if seed%4 >= 2 {
+					tt.SetAckMode(chaintest.AckAsync)
+				}
+				tt.Start(0)
+				tt.Append(0, recs...)
+				// Stop at an instant when records wait in a key gate.
+				gated := 0
+				for i := 0; gated == 0 && i < 2000; i++ {
+					time.Sleep(time.Duration(1+rng.IntN(3)) * 100 * time.Microsecond) // fake time
+					for _, s := range tt.Stats()[0].Stages {
+						gated += s.KeyGated
+					}
+				}
+				require.Positive(t, gated, "records must be waiting in a key gate when the stop comes")
+				require.NoError(t, tt.Stop())
+				commits := tt.Commits(0)
+				last := commits[len(commits)-1]
+				require.Less(t, last.Offset, int64(len(recs)), "the stop should land mid-run")
+				for _, st := range []string{"click", "install", "purchase"} {
+					for o := range r.callsOf(st) {
+						require.Less(t, o, int64(len(recs)))
+					}
+				}
+
+				tt.Start(0)
+				tt.WaitIdle()
+				require.NoError(t, tt.Stop())
+				obs.check()
+				n := 0
+				for _, st := range []string{"click", "install", "purchase"} {
+					for o, c := range r.calls[st] {
+						require.Equal(t, 1, c, "stage %s offset %d processed %d times across the restart", st, o, c)
+					}
+					n += len(r.calls[st])
+				}
+				require.Equal(t, len(recs), n, "nothing lost")
+				commits = tt.Commits(0)
+				require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
+			})
+		})
+	}
+}
+
+// TestKeyGateQueueIsBoundedByTheWindow: a leader stuck on one key's record
+// fills its follower's gate with that key's records; the follower then
+// stops reading (its in-flight window is full) instead of queueing the
+// input (I9), and goes on once the leader moves.
+func TestKeyGateQueueIsBoundedByTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		lead := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+			if e.Offset == 0 {
+				<-release
+			}
+			return nil
+		})
+		var follow sync.Map
+		stages := []chain.Stage{
+			{Name: "lead", Processor: lead, KeyConcurrency: 2},
+			{Name: "follow", Gate: chain.GateKey, Processor: chain.ProcessorFunc(func(_ context.Context, _ *chain.Context, e *chain.Event) error {
+				follow.Store(e.Offset, true)
+				return nil
+			})},
+		}
+		tt := chaintest.New(t, stages, testDecoder, chain.WithInFlight(8), chain.WithBufferSize(64))
+		tt.Start(0)
+		// Every record is the hot key's: all of them wait behind offset 0.
+		for i := range 40 {
+			tt.Append(0, chaintest.Rec("hot", ev("click", i), base))
+		}
+		synctest.Wait()
+		st := tt.Stats()[0].Stages[1]
+		require.Positive(t, st.KeyGated)
+		require.Equal(t, st.InFlight, st.KeyGated, "every record the follower began waits in the gate")
+		require.LessOrEqual(t, st.InFlight, 8, "the gate holds at most the in-flight window")
+		require.Less(t, st.Position, int64(8))
+		close(release)
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		n := 0
+		follow.Range(func(any, any) bool { n++; return true })
+		require.Equal(t, 40, n)
+	})
+}
+
+// TestKeyGateFatalErrorDoesNotWaitForTheShutdownTimeout: a leader's fatal
+// error leaves its follower's gated records without the completion they
+// wait for; the partition still stops at once (they are dropped, not
+// committed) instead of waiting out the shutdown timeout.
+func TestKeyGateFatalErrorDoesNotWaitForTheShutdownTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lead := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+			if e.Offset == 2 {
+				time.Sleep(time.Millisecond)
+				return chain.Fatal(fmt.Errorf("boom"))
+			}
+			return nil
+		})
+		stages := []chain.Stage{
+			{Name: "lead", Processor: lead, KeyConcurrency: 4},
+			{Name: "follow", Gate: chain.GateKey, Processor: chain.ProcessorFunc(func(context.Context, *chain.Context, *chain.Event) error { return nil })},
+		}
+		tt := chaintest.New(t, stages, testDecoder, chain.WithShutdownTimeout(time.Hour))
+		tt.Start(0)
+		for i := range 10 {
+			tt.Append(0, chaintest.Rec([]string{"a", "b"}[i%2], ev("click", i), base))
+		}
+		time.Sleep(10 * time.Millisecond)
+		start := time.Now()
+		err := tt.Stop()
+		require.ErrorContains(t, err, "boom")
+		require.Less(t, time.Since(start), time.Second, "the stop must not wait for the shutdown timeout")
+		commits := tt.Commits(0)
+		require.Equal(t, int64(2), commits[len(commits)-1].Offset)
+	})
+}
+
+// TestKeyGateStopWithLeaderWaitingForAWorker: a stop finds the leader (key-
+// parallel, every worker busy) waiting to dispatch a record it has begun —
+// and published as begun, so its key-scoped follower admitted records that
+// wait for it. The leader must run that record in the drain (not drop it, as
+// a stage with a partition-scoped follower may): else the follower's drain
+// waits for it until the shutdown timeout and the stop is not clean.
+func TestKeyGateStopWithLeaderWaitingForAWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hold := make(chan struct{})
+		lead := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+			if k := string(e.Key); k == "a" || k == "b" {
+				<-hold
+			}
+			return nil
+		})
+		var followed sync.Map
+		stages := []chain.Stage{
+			{Name: "lead", Processor: lead, KeyConcurrency: 2},
+			{Name: "follow", Gate: chain.GateKey, Filter: typeFilter("install"), Processor: chain.ProcessorFunc(func(_ context.Context, _ *chain.Context, e *chain.Event) error {
+				followed.Store(e.Offset, true)
+				return nil
+			})},
+		}
+		tt := chaintest.New(t, stages, testDecoder, chain.WithShutdownTimeout(time.Hour))
+		tt.Start(0)
+		// The follower skips clicks: it admits each once the leader has
+		// begun it, and the skip waits only for the leader's record of the
+		// same key (a′).
+		for i, k := range []string{"a", "b", "c", "c"} {
+			tt.Append(0, chaintest.Rec(k, ev("click", i), base))
+		}
+		synctest.Wait() // a, b on the workers; c@2 begun, waiting for a worker
+		stopped := make(chan error, 1)
+		start := time.Now()
+		go func() { stopped <- tt.Stop() }()
+		synctest.Wait()
+		close(hold)
+		require.NoError(t, <-stopped)
+		require.Less(t, time.Since(start), time.Minute, "a clean stop, not the shutdown timeout")
+		commits := tt.Commits(0)
+		require.Equal(t, int64(3), commits[len(commits)-1].Offset, "offsets 0..2 complete in both stages")
+	})
+}
