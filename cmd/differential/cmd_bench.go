@@ -16,10 +16,11 @@ const benchSynopsis = `Measures the chain engine against two micro-batch baselin
 input, processors, store and worker cap: the strongest micro-batch (per-key
 order, no linger, one synced checkpoint batch, background commits, its batch
 size chosen by a sweep in the same run; the headline) and DESIGN §6's (the
-design the engine replaces). Every throughput run is sized by time (at least
---duration, which holds ten or more of the chain's checkpoints), and every
-run's outputs are checked against the reference model (exit 1 if any design
-is incorrect). Without --brokers it starts an embedded broker. The flags map
+design the engine replaces). A and C measure the chain under --gate (the
+headline) and under the other gate scope (--one-gate: --gate only). Every
+throughput run is sized by time (at least --duration, which holds ten or
+more of the chain's checkpoints and commits), and every run's outputs are
+checked against the reference model (exit 1 if any design is incorrect). Without --brokers it starts an embedded broker. The flags map
 one to one onto bench.Options; 0 or empty means bench's default, given in
 each flag's help. Progress goes to stderr, the report table to stdout.`
 
