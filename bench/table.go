@@ -59,6 +59,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			case !t.Met:
 				met = fmt.Sprintf("MISSED (%.0f%% of target)", 100*t.Got/t.Want)
 			}
+			if t.Note != "" {
+				met += " (" + t.Note + ")"
+			}
 			fmt.Fprintf(tw, "  %s %g\t%.2f\t%s\n", t.Name, t.Want, t.Got, met)
 		}
 		tw.Flush()

@@ -326,3 +326,33 @@ func TestCountingStoreKeepsTheChangelog(t *testing.T) {
 	require.Equal(t, 2, syncs)
 	require.Equal(t, 2, most)
 }
+
+// TestTargetAboveTheLimitIsQualified: a throughput ratio above what the
+// bounds allow (the baseline ran further below its bound than the chain)
+// is reported with a note saying so, not as a plain MET.
+func TestTargetAboveTheLimitIsQualified(t *testing.T) {
+	eff := func(f float64) *float64 { return &f }
+	w := WorkloadResult{Workload: "A",
+		Chain:       &DesignResult{Steady: true, EfficiencyOwn: eff(0.72)},
+		Strongest:   &DesignResult{Steady: true, EfficiencyOwn: eff(0.57)},
+		Design6:     &DesignResult{Steady: true},
+		VsStrongest: &Comparison{Throughput: 3.62},
+		Limit:       &Limit{MaxWin: 2.90},
+	}
+	find := func(ts []Target) Target {
+		for _, tg := range ts {
+			if strings.HasPrefix(tg.Name, "A: chain ÷ strongest micro-batch throughput") {
+				return tg
+			}
+		}
+		t.Fatal("no A strongest throughput target")
+		return Target{}
+	}
+	tg := find(targets([]WorkloadResult{w}))
+	require.True(t, tg.Met)
+	require.Contains(t, tg.Note, "above the 2.90× the bounds allow")
+	require.Contains(t, tg.Note, "0.57")
+
+	w.VsStrongest.Throughput = 2.5
+	require.Empty(t, find(targets([]WorkloadResult{w})).Note)
+}
