@@ -72,13 +72,13 @@ func TestCheckpointAllIsAllOrNothing(t *testing.T) {
 	})
 }
 
-// countingBackend counts committed batches.
-type countingBackend struct {
+// syncCountingBackend counts committed batches.
+type syncCountingBackend struct {
 	backend
 	commits *int
 }
 
-func (c countingBackend) newBatch() batch { return countingBatch{c.backend.newBatch(), c.commits} }
+func (c syncCountingBackend) newBatch() batch { return countingBatch{c.backend.newBatch(), c.commits} }
 
 type countingBatch struct {
 	batch
@@ -92,7 +92,7 @@ func (c countingBatch) commit() error { *c.commits++; return c.batch.commit() }
 func TestCheckpointAllIsOneBatch(t *testing.T) {
 	commits := 0
 	m := &Memory{}
-	m.engine.init(countingBackend{newMemBackend(), &commits})
+	m.engine.init(syncCountingBackend{newMemBackend(), &commits})
 	var items []PartitionCheckpoint
 	for i := range 4 {
 		p, err := m.OpenPartition(topic, int32(i), stages3)
