@@ -80,6 +80,13 @@
 //     the partition's goroutine, shows in Stats (PartitionStats.Restore) and
 //     stops with the partition's context.
 //
+// Stats also passes on what an assignment's Source and Committer say of
+// their contact with the cluster, when they implement the optional
+// LeaderContact and CommitPending (the Kafka adapter's do): a partition's
+// lag is measured against the high watermark last seen, so a partition
+// whose leader is gone shows no lag, and only the contact time tells it
+// from an idle one.
+//
 // # Concurrency
 //
 // A Chain is safe for concurrent RunPartition calls (one per partition) and

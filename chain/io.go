@@ -23,6 +23,26 @@ type Source interface {
 	Poll(ctx context.Context, from int64) (Poller, error)
 }
 
+// LeaderContact is optionally implemented by a Source that can tell when
+// the partition's leader last answered it (a fetch or a probe): the
+// Kafka adapter's does. Stats reports it as PartitionStats.LeaderContact,
+// so a health check can tell a partition whose leader is unreachable
+// (nothing fetched, so no lag seen either) from an idle one (answered,
+// nothing new). The zero time means unknown.
+type LeaderContact interface {
+	LeaderContact() time.Time
+}
+
+// CommitPending is optionally implemented by a Committer that can tell
+// since when a commit has been waiting for the group coordinator's
+// acknowledgement: the first attempt of the oldest commit not yet
+// acknowledged (a failed commit stays pending until a later one
+// succeeds), or the zero time when none is. Stats reports it as
+// PartitionStats.CommitPendingSince.
+type CommitPending interface {
+	CommitPendingSince() time.Time
+}
+
 // Poller is a follower's own reader of a partition (polling mode).
 type Poller interface {
 	// Fetch appends to dst records at or after the poller's position,

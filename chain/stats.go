@@ -16,6 +16,13 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
+	// LeaderContact is when the partition's leader last answered the
+	// source (a Source implementing LeaderContact; zero otherwise).
+	LeaderContact time.Time
+	// CommitPendingSince is when the oldest commit not yet acknowledged
+	// was first attempted (a Committer implementing CommitPending); zero
+	// when none is pending or the committer does not say.
+	CommitPendingSince time.Time
 	// Restore is how the partition's state was restored at assignment
 	// (chains with a changelog).
 	Restore RestoreStats
@@ -63,6 +70,12 @@ func (p *partitionRun) stats() PartitionStats {
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
 		Restore:       p.restored.stats(time.Now()),
+	}
+	if lc, ok := p.src.(LeaderContact); ok {
+		ps.LeaderContact = lc.LeaderContact()
+	}
+	if cp, ok := p.committer.(CommitPending); ok {
+		ps.CommitPendingSince = cp.CommitPendingSince()
 	}
 	if !p.ready.Load() {
 		return ps

@@ -243,7 +243,7 @@ const adminAttempts = 30 * time.Second
 func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(sarama.ClusterAdmin) error) error {
 	deadline := time.Now().Add(adminAttempts)
 	for {
-		admin, err := sarama.NewClusterAdmin(cfg.Brokers, c.readConf)
+		admin, err := sarama.NewClusterAdmin(cfg.Brokers, c.adminConf())
 		if err == nil {
 			err = fn(admin)
 			_ = admin.Close()
@@ -260,6 +260,17 @@ func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// adminConf is the reader's configuration with a metrics registry of its own:
+// sarama unregisters a broker's shared metric names from the registry when
+// that broker's connection closes, so a short-lived client on the run's
+// registry would make series of the long-lived clients vanish from /metrics
+// until they reconnect.
+func (c *Changelog) adminConf() *sarama.Config {
+	ac := *c.readConf
+	ac.MetricRegistry = metrics.NewRegistry()
+	return &ac
 }
 
 func (c *Changelog) create(ctx context.Context, partitions int32, cfg ChangelogConfig) error {
@@ -290,7 +301,7 @@ func (c *Changelog) create(ctx context.Context, partitions int32, cfg ChangelogC
 	default:
 		return fmt.Errorf("kafka: create changelog topic %q (%d partitions, cleanup.policy=compact): %w", c.topic, partitions, err)
 	}
-	if err := kadmin.AwaitLeaders(cfg.Brokers, c.readConf, c.topic, partitions, 30*time.Second); err != nil {
+	if err := kadmin.AwaitLeaders(cfg.Brokers, c.adminConf(), c.topic, partitions, 30*time.Second); err != nil {
 		return fmt.Errorf("kafka: changelog topic %q: %w", c.topic, err)
 	}
 	return c.read.RefreshMetadata(c.topic)

@@ -81,6 +81,12 @@ type Config struct {
 	// FetchBatch is the most records one Source.Fetch returns when the
 	// caller's slice has no spare capacity (default DefaultFetchBatch).
 	FetchBatch int
+	// ProbeInterval is how often each claimed partition's leader is asked
+	// for its high watermark (one ListOffsets request per partition), so
+	// the chain's Stats can tell an unreachable leader from an idle
+	// partition (PartitionStats.LeaderContact) and see lag the consumer has
+	// not fetched (default DefaultProbeInterval; negative: no probe).
+	ProbeInterval time.Duration
 	// Hooks observe the member's partitions come and go. Default: none.
 	Hooks Hooks
 }
@@ -241,6 +247,13 @@ func (c *Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+func (c *Config) probeInterval() time.Duration {
+	if c.ProbeInterval == 0 {
+		return DefaultProbeInterval
+	}
+	return c.ProbeInterval
 }
 
 func (c *Config) fetchBatch() int {

@@ -21,7 +21,17 @@
 //     long-poll at most Config.MaxWaitTime (100 ms by default), which bounds
 //     how long a heartbeat — the news of a rebalance — or a close waits.
 //   - commits: OffsetCommit and OffsetFetch only (and Run's topic check), so
-//     a commit is answered as soon as the coordinator has written it.
+//     a commit is answered as soon as the coordinator has written it; and
+//     the leader probes: every Config.ProbeInterval (1 s) each claim asks
+//     its partition's leader for the high watermark (ListOffsets). The
+//     claim's Source reports when the leader last answered (a probe or
+//     fetched records: chain.LeaderContact) and the higher of the fetched
+//     and the probed high watermark; its Committer reports since when a
+//     commit waits for the coordinator (chain.CommitPending). A health
+//     check tells from these a partition whose leader is gone — nothing
+//     fetched, so no lag seen — or whose coordinator does not answer, from
+//     an idle one. A probe to a paused broker waits for the client's read
+//     timeout; the contact ages meanwhile. Probes end with their claims.
 //   - polling: followers that fell behind the handoff buffer read the
 //     partition themselves, each with its own Fetch requests at its own
 //     offset on this shared client (internal/kfetch: control records and

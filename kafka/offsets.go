@@ -170,13 +170,19 @@ func (o *offsets) fetch(ctx context.Context, topic string, partitions []int32) (
 }
 
 // partitionCommitter is a chain.Committer for one claimed partition.
+// It reports since when a commit has been waiting for the coordinator
+// (chain.CommitPending), for the health check.
 type partitionCommitter struct {
 	o         *offsets
 	m         member
 	topic     string
 	partition int32
+	pendingCommits
 }
 
 func (c *partitionCommitter) Commit(ctx context.Context, offset int64, metadata string) error {
-	return c.o.commit(ctx, c.m, c.topic, c.partition, offset, metadata)
+	c.begin()
+	err := c.o.commit(ctx, c.m, c.topic, c.partition, offset, metadata)
+	c.end(err)
+	return err
 }

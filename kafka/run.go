@@ -49,11 +49,17 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
+	// The leader probes (on the commit client) end with their claims; one
+	// may still wait for a paused broker's response until the client
+	// closes, so they are waited for after it closed (defers run last
+	// first).
+	defer r.probes.Wait()
 	defer closeLogged(log, "commit client", commitClient)
 	if err := checkTopic(commitClient, cfg.Topic, cfg.Brokers); err != nil {
 		return err
 	}
 	r.offsets = newOffsets(commitClient, cfg.Group)
+	r.probeClient = commitClient
 
 	pc, err := sarama.NewClient(cfg.Brokers, cc.poll)
 	if err != nil {
@@ -154,6 +160,9 @@ type runner struct {
 	offsets *offsets
 	poll    *pollClient
 	cancel  context.CancelCauseFunc
+
+	probeClient sarama.Client  // leader probes (the commit client)
+	probes      sync.WaitGroup // running leader probes
 
 	mu  sync.Mutex
 	err error // the first fatal partition error
@@ -258,12 +267,17 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Co
 		r.log.Warn("claim starts away from the committed offset",
 			"partition", p, "committed", start.offset, "claim_start", claim.InitialOffset())
 	}
+	src := &claimSource{claim: claim, batch: r.cfg.fetchBatch(), poll: r.poll}
+	if iv := r.cfg.probeInterval(); iv > 0 {
+		src.probe = newLeaderProbe(r.probeClient, topic, p, iv)
+		src.probe.start(ctx, &r.probes)
+	}
 	a := chain.Assignment{
 		Topic:     topic,
 		Partition: p,
 		Committed: start.offset,
 		Metadata:  start.metadata,
-		Source:    &claimSource{claim: claim, batch: r.cfg.fetchBatch(), poll: r.poll},
+		Source:    src,
 		Committer: &partitionCommitter{o: r.offsets, m: sess, topic: topic, partition: p},
 	}
 	if f := r.cfg.Hooks.Assigned; f != nil {

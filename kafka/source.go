@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -17,6 +18,7 @@ type claimSource struct {
 	claim sarama.ConsumerGroupClaim
 	batch int
 	poll  *pollClient
+	probe *leaderProbe // nil: no probing
 }
 
 // Fetch blocks for the claim's next message, then takes what is already
@@ -24,11 +26,34 @@ type claimSource struct {
 // configured batch when dst has none). It returns io.EOF once the claim's
 // channel is closed (revoke, session end).
 func (s *claimSource) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, error) {
-	return drain(ctx, s.claim.Messages(), dst, s.batch, io.EOF)
+	n := len(dst)
+	dst, err := drain(ctx, s.claim.Messages(), dst, s.batch, io.EOF)
+	if len(dst) > n && s.probe != nil {
+		s.probe.contact.Store(s.probe.now().UnixNano()) // records came from the leader
+	}
+	return dst, err
 }
 
-// HighWatermark is the high watermark of the claim's last fetch response.
-func (s *claimSource) HighWatermark() int64 { return s.claim.HighWaterMarkOffset() }
+// HighWatermark is the high watermark of the claim's last fetch response,
+// or the leader's as last probed when that is higher (a consumer that
+// stopped fetching from a live leader still shows its lag).
+func (s *claimSource) HighWatermark() int64 {
+	hwm := s.claim.HighWaterMarkOffset()
+	if s.probe != nil {
+		hwm = max(hwm, s.probe.hwm.Load())
+	}
+	return hwm
+}
+
+// LeaderContact implements chain.LeaderContact: when the partition's leader
+// last answered the probe or delivered records (the claim's start before
+// either).
+func (s *claimSource) LeaderContact() time.Time {
+	if s.probe == nil {
+		return time.Time{}
+	}
+	return s.probe.LeaderContact()
+}
 
 // Poll opens a reader of the partition at offset from.
 func (s *claimSource) Poll(ctx context.Context, from int64) (chain.Poller, error) {

@@ -184,6 +184,17 @@ func (w *watcher) commit(p int32, off int64) {
 	w.waits = kept
 }
 
+// total is the sum of the partitions' committed offsets.
+func (w *watcher) total() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var n int64
+	for _, off := range w.committed {
+		n += off
+	}
+	return n
+}
+
 func (w *watcher) checkLocked(wt waiter) bool {
 	for p, end := range wt.ends {
 		if end > 0 && w.committed[p] < end {
@@ -365,12 +376,27 @@ func (tp *topics) runToEnd(t *testing.T, extra ...string) *proc {
 	_, ends := tp.input(t)
 	w := newWatcher()
 	p := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs(extra...)...)
-	select {
-	case <-w.reach(ends):
-	case <-p.done:
-		t.Fatalf("run exited with %d before the end; stderr:\n%s", p.code, tail(p.err.String()))
-	case <-time.After(waitTimeout):
-		t.Fatalf("the group did not commit every partition's end; stderr:\n%s", tail(p.err.String()))
+	reached := w.reach(ends)
+	// The wait is on progress, not on a total time: under -race on a loaded
+	// machine a run to the end can take minutes, and it fails only when no
+	// partition's commit moved for waitTimeout.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, moved := w.total(), time.Now()
+	for done := false; !done; {
+		select {
+		case <-reached:
+			done = true
+		case <-p.done:
+			t.Fatalf("run exited with %d before the end; stderr:\n%s", p.code, tail(p.err.String()))
+		case <-tick.C:
+			if n := w.total(); n != last {
+				last, moved = n, time.Now()
+			} else if time.Since(moved) > waitTimeout {
+				t.Fatalf("the group did not commit every partition's end: no commit moved for %v (committed %d in total); stderr:\n%s",
+					waitTimeout, n, tail(p.err.String()))
+			}
+		}
 	}
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 	return p

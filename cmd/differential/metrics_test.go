@@ -26,8 +26,9 @@ import (
 // and the Go runtime's and the process's series;
 // /healthz is 200 while the blocked stage is within the stall timeout, 503
 // naming the partition and stage once it is not (the health check's clock
-// is moved forward instead of waiting a minute), and 200 again once the
-// stage is released and has caught up (no lag, so no stall).
+// is moved forward instead of waiting a minute), and once the stage is
+// released and has caught up no stage is stalled (no lag), and 200 again
+// on the real clock (every partition's leader answers its probe).
 func TestMetricsAndHealth(t *testing.T) {
 	tp := newTopics(t, 3)
 	tp.produce(t, 3000, 5)
@@ -73,8 +74,20 @@ func TestMetricsAndHealth(t *testing.T) {
 
 	close(pz.release)
 	recv(t, w.reach(ends), "the group to commit every partition's end")
+	// Still two minutes ahead, the clock finds no stage stalled (no lag,
+	// however old its last progress looks); what it does find is that no
+	// partition's leader has answered for "two minutes" (the leader probe
+	// answers every second on the real clock), the rule that sees a dead
+	// leader. Back on the real clock, the engine is healthy.
 	status, body = get(t, base+"/healthz")
-	require.Equal(t, http.StatusOK, status, "no lag, so no stall, whatever the clock: %s", body)
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.NotContains(t, body, " stage ", "no lag, so no stage stalled, whatever the clock")
+	for part := range tp.partitions {
+		require.Contains(t, body, fmt.Sprintf("%s/%d: no answer from the partition's leader for 2m", tp.in, part))
+	}
+	skew.Store(0)
+	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, status, "no lag, leaders answering: %s", body)
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/IBM/sarama"
 	metrics "github.com/rcrowley/go-metrics"
@@ -96,6 +97,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
+		// /healthz calls a partition stalled when its leader has not
+		// answered for --stall-timeout: probe often enough that an idle
+		// partition never looks like one (and not more often than 10 times
+		// a second per partition).
+		ProbeInterval: max(min(kafka.DefaultProbeInterval, o.stallTimeout/5), 100*time.Millisecond),
 	})
 	if err != nil {
 		return err

@@ -66,6 +66,10 @@ func TestSIGTERMToBinary(t *testing.T) {
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stderr)
+		// A line longer than the scanner's buffer would end the loop and
+		// leave the pipe undrained: the binary would block on a write and
+		// never exit.
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
 			all.WriteString(sc.Text() + "\n")
 			var m map[string]any
@@ -93,12 +97,16 @@ func TestSIGTERMToBinary(t *testing.T) {
 		}
 		exited <- cmd.Wait()
 	}()
+	// The binary drains what it began and makes the final commits; under
+	// load that is bounded by its shutdown timeout (30 s) plus leaving the
+	// group, so the bound here is a hang detector, well above it.
 	select {
 	case err := <-exited:
 		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", all.String())
-	case <-time.After(waitTimeout):
+	case <-time.After(3 * waitTimeout):
 		_ = cmd.Process.Kill()
-		t.Fatal("the binary did not exit after SIGTERM")
+		<-exited
+		t.Fatalf("the binary did not exit within %v of SIGTERM; stderr:\n%s", 3*waitTimeout, tail(all.String()))
 	}
 	out := all.String()
 	require.Contains(t, out, "differential run stopped cleanly")

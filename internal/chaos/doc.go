@@ -12,7 +12,10 @@
 // with the model's key and value, and nothing else; each stage's outputs
 // are in input offset order; repeats are byte-identical copies
 // (AtLeastOnce) or absent (ExactlyOnce); the engine stopped cleanly (exit 0
-// after SIGTERM) with /healthz answering 200. It reports per scenario the
+// after SIGTERM) with /healthz answering 200; and, for a scenario that
+// stops a partition past the stall timeout (Scenario.ExpectStall: the
+// input leader killed, the coordinator paused, the output leader killed),
+// /healthz answered "503 stalled" after the first fault. It reports per scenario the
 // records in, outputs, repeats, dead letters, the time from each fault to
 // the group's lag back at zero, and what /healthz said meanwhile (Table).
 //

@@ -63,3 +63,18 @@ func TestRecoveredNeedsEveryPartitionCaughtUpAndStaying(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, fault+CatchUpWindow, at.Sub(t0))
 }
+
+// A scenario that injects a stall passes only when /healthz answered
+// "503 stalled" after its first fault: a stall before it, or none, fails.
+func TestStallReported(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ev := func(sec float64, status string) healthEvent {
+		return healthEvent{at: t0.Add(time.Duration(sec * float64(time.Second))), status: status}
+	}
+	require.NoError(t, stallReported([]healthEvent{ev(-5, "200 ok"), ev(6, "503 stalled"), ev(14, "200 ok")}, t0))
+	err := stallReported([]healthEvent{ev(-5, "200 ok")}, t0)
+	require.ErrorContains(t, err, "never reported the injected stall")
+	err = stallReported([]healthEvent{ev(-5, "503 stalled"), ev(-1, "200 ok"), ev(3, "unreachable"), ev(4, "200 ok")}, t0)
+	require.ErrorContains(t, err, "it answered [unreachable 200 ok]")
+	require.Error(t, stallReported(nil, time.Time{}))
+}

@@ -46,6 +46,12 @@ type Scenario struct {
 	// replica in sync) and the engine has recovered. It injects faults
 	// through r.Fault so each one is timed.
 	Faults func(ctx context.Context, r *Run) error
+	// ExpectStall: the fault stops some partition for longer than the
+	// engine's stall timeout, so its /healthz must answer "503 stalled" at
+	// some point after the first fault (and 200 again at the end, which
+	// every scenario checks). A scenario fails when the engine does not
+	// see the stall it was dealt.
+	ExpectStall bool
 }
 
 // Config is what every scenario shares.
@@ -484,6 +490,12 @@ func (r *Run) execute(ctx context.Context, res *Result) (err error) {
 		return err
 	}
 	stopHealth() // the stop below is not a change of health
+	if r.sc.ExpectStall {
+		evs, _ := r.health.snapshot()
+		if err := stallReported(evs, r.firstFault()); err != nil {
+			return err
+		}
+	}
 	if err := r.currentEngine().Stop(cfg.StepTimeout); err != nil {
 		return err
 	}
@@ -542,6 +554,35 @@ func (r *Run) withStream(err error, streamErr <-chan error) error {
 	default:
 	}
 	return err
+}
+
+// firstFault is when the first fault was injected (zero: none was).
+func (r *Run) firstFault() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.faults) == 0 {
+		return time.Time{}
+	}
+	return r.faults[0].at
+}
+
+// stallReported checks that /healthz answered "503 stalled" at or after t0
+// (the first fault), for a scenario that injects a stall.
+func stallReported(evs []healthEvent, t0 time.Time) error {
+	if t0.IsZero() {
+		return errors.New("/healthz: no fault was injected, so no stall could be reported")
+	}
+	var seen []string
+	for _, ev := range evs {
+		if ev.at.Before(t0) {
+			continue
+		}
+		if ev.status == "503 stalled" {
+			return nil
+		}
+		seen = append(seen, ev.status)
+	}
+	return fmt.Errorf("/healthz never reported the injected stall (503 stalled) after the first fault; it answered %v", seen)
 }
 
 // awaitHealthy waits until /healthz answers 200: the engine has recovered

@@ -18,10 +18,10 @@ const PauseFor = 15 * time.Second
 // each with its own workload seed.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{Name: "input-leader-kill", Seed: 1401, Guarantee: AtLeastOnce, Faults: inputLeaderKill},
-		{Name: "coordinator-pause", Seed: 1402, Guarantee: AtLeastOnce, Faults: coordinatorPause},
+		{Name: "input-leader-kill", Seed: 1401, Guarantee: AtLeastOnce, Faults: inputLeaderKill, ExpectStall: true},
+		{Name: "coordinator-pause", Seed: 1402, Guarantee: AtLeastOnce, Faults: coordinatorPause, ExpectStall: true},
 		{Name: "rolling-restart", Seed: 1403, Guarantee: AtLeastOnce, Faults: rollingRestart},
-		{Name: "output-leader-kill", Seed: 1404, Guarantee: AtLeastOnce, Faults: outputLeaderKill},
+		{Name: "output-leader-kill", Seed: 1404, Guarantee: AtLeastOnce, Faults: outputLeaderKill, ExpectStall: true},
 		{Name: "broker-and-engine-kill", Seed: 1405, Guarantee: AtLeastOnce, Faults: brokerAndEngineKill},
 	}
 }

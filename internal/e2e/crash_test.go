@@ -67,6 +67,7 @@ func (p *freezablePartition) Checkpoint(cps []commit.Checkpoint, evict time.Time
 type progress struct {
 	mu     sync.Mutex
 	last   map[int32]int64
+	sum    int64
 	target int64
 	hit    chan struct{}
 }
@@ -90,10 +91,18 @@ func (p *progress) Advanced(_ string, part int32, stage int, next int64, _ time.
 	for _, n := range p.last {
 		total += n
 	}
+	p.sum = total
 	if total >= p.target && p.hit != nil {
 		close(p.hit)
 		p.hit = nil
 	}
+}
+
+// total is the last stage's positions added up.
+func (p *progress) total() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sum
 }
 
 func (p *progress) Committed(string, int32, int64, string) {}
@@ -125,49 +134,84 @@ func newEnv(t *testing.T, group string, records, users int, seed uint64) *env {
 	return e
 }
 
+// stuckAfter is how long runUntil lets the last stage's positions stand
+// still before it fails: the wait is on progress, not on a total time,
+// since a round under -race on a loaded 2-core machine can take minutes.
+const stuckAfter = 3 * time.Minute
+
 // runUntil runs the attribution chain (Pebble state in e.dir) until the last
 // stage's positions add up to target, then crashes it (crash=true) or stops
-// it cleanly.
+// it cleanly. Whatever happens (a failed wait included), the run has
+// returned and the store and producer are closed before the test's
+// temporary directory is removed: a Pebble store still running in a
+// removed directory panics.
 func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 	t.Helper()
 	db, err := store.OpenPebble(e.dir)
 	require.NoError(t, err)
 	fs := &freezable{Store: db}
 	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: e.b.Addrs(), Sarama: e.b.Config()})
-	require.NoError(t, err)
+	if err != nil {
+		_ = db.Close()
+		require.NoError(t, err)
+	}
 	pr := newProgress(target)
 	ch, err := attribution.NewChain(e.cfg,
 		chain.WithStore(fs), chain.WithProducer(prod), chain.WithOutputTopic(e.out), chain.WithDLQTopic(e.dlq),
 		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(200*time.Millisecond), chain.WithObserver(pr))
-	require.NoError(t, err)
+	if err != nil {
+		_ = prod.Close()
+		_ = db.Close()
+		require.NoError(t, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- kafka.Run(ctx, ch, kafka.Config{Brokers: e.b.Addrs(), Topic: e.in, Group: e.group, Sarama: e.b.Config()})
 	}()
+	// Registered after t.TempDir's cleanup, so it runs before it (cleanups
+	// run last first); on the normal path it finds everything stopped.
+	var runErr error
+	stopped, closed := false, false
+	stop := func() {
+		cancel()
+		if !stopped {
+			runErr, stopped = <-done, true
+		}
+		if !closed {
+			closed = true
+			require.NoError(t, prod.Close())
+			require.NoError(t, db.Close())
+		}
+	}
+	t.Cleanup(stop)
+
 	hit := pr.hit
-	select {
-	case <-hit:
-	case err := <-done:
-		t.Fatalf("run ended before reaching %d: %v", target, err)
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("no progress to %d within 3 minutes", target)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, moved := pr.total(), time.Now()
+	for reached := false; !reached; {
+		select {
+		case <-hit:
+			reached = true
+		case err := <-done:
+			stopped = true
+			t.Fatalf("run ended before reaching %d: %v", target, err)
+		case <-tick.C:
+			if n := pr.total(); n != last {
+				last, moved = n, time.Now()
+			} else if time.Since(moved) > stuckAfter {
+				t.Fatalf("no progress towards %d for %v (at %d)", target, stuckAfter, n)
+			}
+		}
 	}
 	if crash {
 		fs.freeze()
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if !crash {
-			require.NoError(t, err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("run did not stop within a minute")
+	stop()
+	if !crash {
+		require.NoError(t, runErr)
 	}
-	require.NoError(t, prod.Close())
-	require.NoError(t, db.Close())
 }
 
 // TestHardCrashRestartNoLossNoDoubleEffect: >= 100,000 records, the engine

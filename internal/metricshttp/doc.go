@@ -1,6 +1,8 @@
 // Package metricshttp serves a process's go-metrics registry to Prometheus
 // through Prometheus' own client library, and a health check derived from
-// the engine's Stats.
+// the engine's Stats (Health: "stalled" when, past the stall timeout, a
+// lagging stage does not move, a partition's leader does not answer, or a
+// commit is not acknowledged; an idle partition is none of these).
 //
 // Collector is a prometheus.Collector over the go-metrics registry; Handler
 // serves it with promhttp beside client_golang's Go runtime (go_*) and

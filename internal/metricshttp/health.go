@@ -13,10 +13,16 @@ import (
 //
 //   - 503 "not ready" until the consumer group is joined (Joined, or any
 //     partition assigned);
-//   - 503 "stalled" while some stage of some partition has lag (Lag > 0) and
-//     its position has not moved for longer than StallTimeout (now −
-//     LastProgress > StallTimeout); the body names every such
-//     topic/partition/stage;
+//   - 503 "stalled" while, for longer than StallTimeout, (a) some stage of
+//     some partition has lag (Lag > 0) and its position has not moved (now −
+//     LastProgress), or (b) a partition's leader has not answered the
+//     engine (now − LeaderContact: a partition whose leader is gone fetches
+//     nothing, so its lag alone would look like zero), or (c) a partition's
+//     commit has not been acknowledged by the group coordinator (now −
+//     CommitPendingSince: the coordinator is unreachable or paused); the
+//     body names every such topic/partition (and stage). An idle partition
+//     is not stalled: its leader answers (the Kafka adapter probes it every
+//     second), it has no lag, and it has nothing new to commit;
 //   - 200 otherwise (also when the member is joined but owns no partition);
 //     partitions whose state is being restored from the changelog are
 //     listed as "restoring" with their progress (a restore is work, not a
@@ -37,19 +43,35 @@ type Health struct {
 	Now func() time.Time
 }
 
-// Stall is one stage of one partition that makes no progress while it lags.
+// What a Stall is.
+const (
+	StallLag    = "lag"    // a stage lags and its position does not move
+	StallLeader = "leader" // the partition's leader does not answer
+	StallCommit = "commit" // the group coordinator does not acknowledge a commit
+)
+
+// Stall is one partition (and for StallLag one stage) that makes no
+// progress.
 type Stall struct {
+	Kind      string // StallLag, StallLeader or StallCommit
 	Topic     string
 	Partition int32
-	Stage     string
-	Position  int64
-	Lag       int64
-	Since     time.Duration // since the last progress
+	Stage     string        // StallLag only
+	Position  int64         // StallLag only
+	Lag       int64         // StallLag only
+	Since     time.Duration // since the last progress, answer or acknowledged commit
 }
 
 func (s Stall) String() string {
+	d := s.Since.Round(time.Millisecond)
+	switch s.Kind {
+	case StallLeader:
+		return fmt.Sprintf("%s/%d: no answer from the partition's leader for %s", s.Topic, s.Partition, d)
+	case StallCommit:
+		return fmt.Sprintf("%s/%d: commit not acknowledged by the group coordinator for %s", s.Topic, s.Partition, d)
+	}
 	return fmt.Sprintf("%s/%d stage %s: position %d, lag %d, no progress for %s",
-		s.Topic, s.Partition, s.Stage, s.Position, s.Lag, s.Since.Round(time.Millisecond))
+		s.Topic, s.Partition, s.Stage, s.Position, s.Lag, d)
 }
 
 // Check returns the HTTP status and the body's text.
@@ -61,7 +83,7 @@ func (h *Health) Check() (status int, body string) {
 	stalls := h.Stalls(stats)
 	if len(stalls) > 0 {
 		var b strings.Builder
-		fmt.Fprintf(&b, "stalled: %d stage(s) lag with no progress for more than %s\n", len(stalls), h.StallTimeout)
+		fmt.Fprintf(&b, "stalled: %d stage(s) or partition(s) with no progress for more than %s\n", len(stalls), h.StallTimeout)
 		for _, s := range stalls {
 			b.WriteString(s.String() + "\n")
 		}
@@ -89,13 +111,26 @@ func (h *Health) Stalls(stats []chain.PartitionStats) []Stall {
 	}
 	t := now()
 	var out []Stall
+	stale := func(at time.Time) (time.Duration, bool) {
+		if at.IsZero() {
+			return 0, false
+		}
+		since := t.Sub(at)
+		return since, since > h.StallTimeout
+	}
 	for _, p := range stats {
+		if since, ok := stale(p.LeaderContact); ok {
+			out = append(out, Stall{Kind: StallLeader, Topic: p.Topic, Partition: p.Partition, Since: since})
+		}
+		if since, ok := stale(p.CommitPendingSince); ok {
+			out = append(out, Stall{Kind: StallCommit, Topic: p.Topic, Partition: p.Partition, Since: since})
+		}
 		for _, s := range p.Stages {
-			if s.Lag <= 0 || s.LastProgress.IsZero() {
+			if s.Lag <= 0 {
 				continue
 			}
-			if since := t.Sub(s.LastProgress); since > h.StallTimeout {
-				out = append(out, Stall{Topic: p.Topic, Partition: p.Partition, Stage: s.Name,
+			if since, ok := stale(s.LastProgress); ok {
+				out = append(out, Stall{Kind: StallLag, Topic: p.Topic, Partition: p.Partition, Stage: s.Name,
 					Position: s.Position, Lag: s.Lag, Since: since})
 			}
 		}

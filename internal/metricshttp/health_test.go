@@ -82,3 +82,56 @@ func TestHealthRestoring(t *testing.T) {
 	require.NotContains(t, body, "events/4")
 	require.NotContains(t, body, "stalled:")
 }
+
+// A partition whose leader has not answered for longer than the stall
+// timeout is stalled although no stage shows lag (nothing was fetched, so
+// the last high watermark equals the position); one whose leader answers
+// is merely idle. The same for a commit the coordinator has not
+// acknowledged. Both recover as soon as the contact or the commit does.
+func TestHealthLeaderAndCommitStalls(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	idle := func(p int32) chain.PartitionStats {
+		return chain.PartitionStats{Topic: "events", Partition: p, HighWatermark: 100,
+			LeaderContact: now.Add(-time.Second),
+			Stages:        []chain.StageStats{{Name: "click", Position: 100, Lag: 0, LastProgress: now.Add(-time.Hour)}}}
+	}
+	stats := []chain.PartitionStats{idle(0), idle(1)}
+	h := &Health{Stats: func() []chain.PartitionStats { return stats }, StallTimeout: 5 * time.Second,
+		Now: func() time.Time { return now }}
+
+	status, body := h.Check()
+	require.Equal(t, http.StatusOK, status, "idle partitions whose leaders answer are healthy: %s", body)
+
+	stats[1].LeaderContact = now.Add(-5 * time.Second) // at the threshold: not yet
+	status, body = h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+
+	stats[1].LeaderContact = now.Add(-7 * time.Second)
+	status, body = h.Check()
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, body, "events/1: no answer from the partition's leader for 7s")
+	require.NotContains(t, body, "events/0")
+
+	stats[1].LeaderContact = now // the leader answers again
+	status, body = h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+
+	stats[0].CommitPendingSince = now.Add(-3 * time.Second) // a slow commit is no stall
+	status, body = h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+
+	stats[0].CommitPendingSince = now.Add(-6 * time.Second)
+	status, body = h.Check()
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, body, "events/0: commit not acknowledged by the group coordinator for 6s")
+
+	stats[0].CommitPendingSince = time.Time{} // acknowledged
+	status, body = h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+
+	// A source or committer that does not say (zero times) is never stalled
+	// by these rules.
+	stats = []chain.PartitionStats{{Topic: "events", Partition: 2}}
+	status, body = h.Check()
+	require.Equal(t, http.StatusOK, status, body)
+}

@@ -1,0 +1,106 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/internal/embedded"
+)
+
+// The leader probe records every answer of the partition's leader (its
+// contact time and high watermark), and nothing once the leader is gone:
+// the contact then ages, which the health check reports as a stall although
+// the claim's last fetched high watermark shows no lag. Steps are taken one
+// by one on a fake clock (probeOnce), so nothing waits on time.
+func TestLeaderProbeAnswersAndSilence(t *testing.T) {
+	c, err := embedded.Start(embedded.Topic("in", 2))
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			c.Close()
+		}
+	}()
+	cfg := sarama.NewConfig()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Metadata.Retry.Max = 0
+	cfg.Net.DialTimeout = time.Second
+	client, err := sarama.NewClient(c.Addrs(), cfg)
+	require.NoError(t, err)
+	defer func() { _ = client.Close() }()
+
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := newLeaderProbe(client, "in", 1, time.Second)
+	p.now = func() time.Time { return clock }
+	p.contact.Store(clock.UnixNano())
+	require.Equal(t, clock, p.LeaderContact().UTC(), "a new claim counts as contact")
+	require.Equal(t, int64(-1), p.hwm.Load())
+
+	prod, err := sarama.NewSyncProducerFromClient(client)
+	require.NoError(t, err)
+	for range 5 {
+		_, _, err := prod.SendMessage(&sarama.ProducerMessage{Topic: "in", Partition: 1, Value: sarama.StringEncoder("x")})
+		require.NoError(t, err)
+	}
+	require.NoError(t, prod.Close())
+
+	clock = clock.Add(3 * time.Second)
+	require.NoError(t, p.probeOnce())
+	require.Equal(t, clock, p.LeaderContact().UTC(), "the leader answered")
+	require.Equal(t, int64(5), p.hwm.Load(), "the leader's high watermark")
+
+	// The source reports the higher of the claim's and the probe's.
+	src := &claimSource{claim: hwmClaim{hwm: 2}, probe: p}
+	require.Equal(t, int64(5), src.HighWatermark())
+	src.claim = hwmClaim{hwm: 7}
+	require.Equal(t, int64(7), src.HighWatermark())
+
+	c.Close() // the leader is gone
+	closed = true
+	answered := clock
+	clock = clock.Add(10 * time.Second)
+	require.Error(t, p.probeOnce())
+	require.Equal(t, answered, p.LeaderContact().UTC(), "no answer: the contact ages")
+	require.Equal(t, int64(5), p.hwm.Load())
+}
+
+// A commit is pending from its first attempt until one is acknowledged; a
+// failed attempt keeps the first attempt's time (the coordinator has not
+// acknowledged anything since).
+func TestPendingCommits(t *testing.T) {
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var p pendingCommits
+	p.now = func() time.Time { return clock }
+	require.True(t, p.CommitPendingSince().IsZero())
+
+	p.begin()
+	p.end(nil)
+	require.True(t, p.CommitPendingSince().IsZero(), "acknowledged")
+
+	start := clock
+	p.begin()
+	clock = clock.Add(time.Second)
+	p.end(errors.New("coordinator unreachable"))
+	require.Equal(t, start, p.CommitPendingSince().UTC())
+	p.begin() // the next interval retries
+	clock = clock.Add(time.Second)
+	p.end(context.DeadlineExceeded)
+	require.Equal(t, start, p.CommitPendingSince().UTC(), "the oldest unacknowledged attempt counts")
+
+	p.begin()
+	p.end(nil)
+	require.True(t, p.CommitPendingSince().IsZero())
+}
+
+type hwmClaim struct {
+	sarama.ConsumerGroupClaim
+	hwm int64
+}
+
+func (f hwmClaim) HighWaterMarkOffset() int64 { return f.hwm }
