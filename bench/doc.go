@@ -237,6 +237,22 @@
 // workload's timestamps are in the past (from 2025-01-01, earlier for a
 // stream that would reach today), so a real broker accepts them.
 //
+// # Heavy keys (HeavyKey)
+//
+// HeavyKey measures the state's cost per record when one key (the all-zeros
+// advertising ID, workload.HeavyKey) has a large share of its partition and
+// thousands of events inside the windows: no broker, the records of a
+// workload.DefaultConfig workload with HeavyKeyShare go through the three
+// stages' Sequence and Process on one thread locked to its OS thread, each
+// partition's stages as the partition-scope gate lets them go, with a
+// store.DB and a checkpoint (eviction included) every CommitEvery records.
+// A record's cost is the thread's CPU clock around its stage work; the
+// report gives mean, p50 and p99 per record type for the heavy key, the
+// other keys of its partition and the other partitions, the heavy key's
+// ratio to its partition's other keys, and checks the heavy partition's
+// outputs and final state against reference.Run (ErrIncorrect otherwise).
+// `differential heavykey` prints it.
+//
 // # Concurrency
 //
 // Run may be called concurrently: runs share nothing, and every topic and

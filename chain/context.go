@@ -88,6 +88,20 @@ func (b *boundState) Delete(key []byte) error {
 	return b.ss.Delete(b.offset, key)
 }
 
+func (b *boundState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.Scan(lo, hi, fn)
+}
+
+func (b *boundState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	if b.ss == nil {
+		return ErrNoStore
+	}
+	return b.ss.ScanReverse(lo, hi, fn)
+}
+
 // ContextOptions describes a Context made outside a running chain: for
 // calling a Processor directly (unit tests of processors) or from another
 // driver of the same processors (the micro-batch baseline).

@@ -99,8 +99,15 @@ type PartitionStore interface {
 // StageState is one stage's access to its partition's state. Reads see all
 // stages' writes, pending or persisted. Writes are tagged with the offset of
 // the record that made them.
+//
+// Scan and ScanReverse are ordered range reads: they call fn with every
+// entry whose key is in [lo, hi) (hi nil: no upper bound), in ascending
+// (descending) key order, until fn returns false, seeing what Get sees. key
+// and value are valid only during the call to fn.
 type StageState interface {
 	Get(key []byte) (value []byte, ok bool, err error)
 	Set(offset int64, key, value []byte, expires time.Time) error
 	Delete(offset int64, key []byte) error
+	Scan(lo, hi []byte, fn func(key, value []byte) bool) error
+	ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error
 }

@@ -106,8 +106,18 @@ type Sequencer interface {
 // watermark of the chain's last stage passes it; use it for window eviction.
 // Values passed to Set must not be modified afterwards; values returned by Get
 // must not be modified.
+//
+// Scan calls fn with every entry whose key is in [lo, hi) (hi nil: no upper
+// bound), in ascending key order, until fn returns false; ScanReverse in
+// descending order. They see what Get sees, and cost a seek plus a step per
+// entry passed, whatever else the state holds, so "the latest entry of a
+// key prefix below x" is one ScanReverse that stops at the first entry. key
+// and value are valid only during the call to fn and must not be modified;
+// lo and hi must not change during the scan.
 type State interface {
 	Get(key []byte) (value []byte, ok bool, err error)
 	Set(key, value []byte, expires time.Time) error
 	Delete(key []byte) error
+	Scan(lo, hi []byte, fn func(key, value []byte) bool) error
+	ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error
 }

@@ -16,11 +16,37 @@ type backend interface {
 	// scan calls fn with every key in [lo, hi), in order, until fn returns
 	// false. key is valid only during the call.
 	scan(lo, hi []byte, fn func(key []byte) bool) error
+	// newIter opens an iterator over the keys in [lo, hi). It must be
+	// closed; the backend's close waits for its open iterators.
+	newIter(lo, hi []byte) (backendIter, error)
 	// newBatch starts an empty batch.
 	newBatch() batch
 	// newBatchSized starts an empty batch with room for about size bytes
 	// of keys and values (bulk writes: no growing as it fills).
 	newBatchSized(size int) batch
+}
+
+// backendIter is an ordered iterator over a key range of a backend. The
+// positioning methods report whether it is at a key; key and value are
+// valid until the next positioning call. It is used by one goroutine.
+type backendIter interface {
+	seekGE(key []byte) bool
+	seekLT(key []byte) bool
+	next() bool
+	prev() bool
+	key() []byte
+	value() []byte
+	// err is the error that made the last positioning call report false,
+	// if any.
+	err() error
+	// setBounds restricts the iterator to [lo, hi) (it copies them); it
+	// must be positioned again afterwards.
+	setBounds(lo, hi []byte)
+	// refresh makes the iterator read the latest committed state (an
+	// iterator may read a snapshot taken when it was opened). It must be
+	// positioned again afterwards.
+	refresh() error
+	close() error
 }
 
 // batch is a group of writes that a backend applies atomically and durably.

@@ -221,6 +221,9 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 			return p.err("restore", fmt.Errorf("changelog offset %d, key %q: %w", r.Offset, r.Key, err))
 		}
 		b.set(kb, enc)
+		// Before the batch commits: a get that misses the filter does not
+		// read the backend (keyFilter's invariant).
+		p.filter.Load().add(r.Key)
 		if exp := valueExpiry(enc); exp != 0 {
 			kb = index(kb[:0], p.ks, exp, r.Key)
 			b.set(kb, nil)
@@ -236,6 +239,11 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 	if err := b.commitNoSync(); err != nil {
 		return p.err("restore", err)
 	}
+	// The backend changed under the cached scan iterators.
+	p.mu.Lock()
+	stale := p.newGenLocked()
+	p.mu.Unlock()
+	closeIters(stale)
 	return nil
 }
 

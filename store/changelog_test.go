@@ -380,3 +380,40 @@ func TestRestoreCrashLeavesAPrefix(t *testing.T) {
 		assert.Equal(t, image(t, rng, log, off, st, nil), rawEntries(t, h.engine(), 0))
 	})
 }
+
+// TestRestoredKeysAreVisible: Get and Scan see what Restore wrote, also
+// when the partition read (and cached a scan iterator) before the restore:
+// a restore must add its keys to the filter of persisted keys (or a Get of
+// them answers "never written") and drop the cached iterators.
+func TestRestoredKeysAreVisible(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		st := []string{"a"}
+		ps := h.open(t, 0, st)
+		cs := changelogStore(t, ps)
+		ss := ps.Stage(0)
+		_, ok, err := ss.Get([]byte("k1"))
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.NoError(t, ss.Scan([]byte("k"), []byte("l"), func(k, v []byte) bool { return true }))
+
+		recs := []chain.ChangelogRecord{
+			{Offset: 0, Key: []byte("k1"), Value: changelogValue(encodeValue(0, []byte("v1")))},
+			{Offset: 1, Key: []byte("k2"), Value: changelogValue(encodeValue(0, []byte("v2")))},
+		}
+		require.NoError(t, cs.Restore(recs, 2))
+		require.NoError(t, cs.FinishRestore(cps(st, 2, 2), 2))
+
+		for _, k := range []string{"k1", "k2"} {
+			v, ok, err := ss.Get([]byte(k))
+			require.NoError(t, err)
+			require.True(t, ok, "Get(%s) after the restore", k)
+			assert.Equal(t, "v"+k[1:], string(v))
+		}
+		var got []string
+		require.NoError(t, ss.Scan([]byte("k"), []byte("l"), func(k, v []byte) bool {
+			got = append(got, string(k)+"="+string(v))
+			return true
+		}))
+		assert.Equal(t, []string{"k1=v1", "k2=v2"}, got)
+	})
+}

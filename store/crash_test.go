@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // random points. After every crash the persisted state must equal applying,
 // in the order they were made, exactly the writes whose offset is below
 // their stage's persisted Next, then evicting what expired by the last
-// eviction time; before it, every Get must see the latest write of any
-// stage (or its eviction, once that write is persisted).
+// eviction time; before it, every Get and every range read (Scan,
+// ScanReverse, random bounds) must see the latest write of any stage (or
+// its eviction, once that write is persisted).
 func TestCrashPropertyI4(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		seeds := h.seeds
@@ -107,6 +109,29 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 		want, present := liveModel(key)
 		requireGet(t, ps.Stage(rng.IntN(len(stages))), key, want, present)
 	}
+	// checkScan: a range read over random bounds, in a random direction,
+	// sees exactly what Get sees for every key in the range.
+	checkScan := func(ps chain.PartitionStore) {
+		t.Helper()
+		lo, hi := keys[rng.IntN(len(keys))], keys[rng.IntN(len(keys))]+"~"
+		if rng.IntN(4) == 0 {
+			lo, hi = "", ""
+		}
+		reverse := rng.IntN(2) == 0
+		var want []string
+		for _, k := range slices.Sorted(slices.Values(keys)) {
+			if k < lo || (hi != "" && k >= hi) {
+				continue
+			}
+			if v, ok := liveModel(k); ok {
+				want = append(want, k+"="+v)
+			}
+		}
+		if reverse {
+			slices.Reverse(want)
+		}
+		require.Equal(t, want, scanAll(t, ps.Stage(rng.IntN(len(stages))), lo, hi, reverse), "scan [%q, %q) reverse=%v", lo, hi, reverse)
+	}
 	crash := func() chain.PartitionStore {
 		t.Helper()
 		h.crash(t)
@@ -127,6 +152,7 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 			requireGet(t, ps.Stage(0), k, e.val, present)
 		}
 		base, log = want, nil
+		checkScan(ps)
 		return ps
 	}
 
@@ -164,8 +190,10 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 			ev += rng.Int64N(4)
 			require.NoError(t, ps.Checkpoint(cps, time.Unix(ev, 0)))
 			checkpointed = true
-		case r < 97:
+		case r < 91:
 			checkGet(ps, keys[rng.IntN(len(keys))])
+		case r < 97:
+			checkScan(ps)
 		default:
 			ps = crash()
 		}

@@ -19,6 +19,35 @@
 //
 // Get (any stage) reads the overlay, else the backend: it sees every write
 // of every stage of the partition, in the order the writes were made.
+// Before the backend it asks an in-memory Bloom filter of the keys the
+// partition has persisted (built from the backend when the partition is
+// opened, added to by every checkpoint before the overlay lets go of the
+// keys it persists, rebuilt once deletions have made it too full): a key
+// that was never persisted — a deduplication lookup of a new event id, most
+// records' only read — costs a hash, not a Pebble Get (filter.go).
+//
+// # Range reads
+//
+// Scan and ScanReverse (any stage) pass the entries of a key range [lo, hi)
+// in ascending or descending key order and see exactly what Get sees: they
+// merge the overlay, whose keys are also kept in key order (a B-tree beside
+// the map Get uses), with a backend iterator, the overlay winning on equal
+// keys and its pending deletes hiding persisted entries. A range read costs
+// one seek plus one step per entry passed: it never reads the rest of the
+// partition, so "the latest entry of a prefix below x" costs the same
+// whatever the prefix holds. It allocates nothing per step: the overlay is
+// read one entry at a time under the partition's mutex, by a seek from the
+// last overlay key taken, and the backend's iterator steps in place (one
+// iterator per range read; the read's own state is pooled). The caller's
+// function runs without any store lock held, so it may call the state.
+//
+// A Pebble iterator reads the snapshot of its creation. A checkpoint that
+// commits during a range read and then drops the persisted keys from the
+// overlay could leave such a key in neither view; every overlay read
+// compares a generation that those drops (and Reset) bump, and reopens the
+// iterator at the latest state when it changed (scan.go walks through the
+// interleaving). Writes made after a range read began may or may not be
+// seen, as with concurrent Gets.
 //
 // # Atomicity (DESIGN I4)
 //
@@ -78,7 +107,19 @@
 //	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
 //	l/                            -> <1><changelog offset: 8 bytes BE><written: unix ns, 8 bytes BE>
 //
-// and m/version holds the format version (1) of a Pebble database.
+// and m/version holds the format version of a Pebble database.
+//
+// # Format versions
+//
+// The format covers the store's key layout and the values its users write.
+// Format 2 (issue #17) keeps the store's layout of format 1; what changed is
+// the attribution processors' state, from one value per user to one key per
+// click and per install (processors/attribution, "State layout"). A format-1
+// database is not migrated: OpenPebble refuses it with ErrOldFormat and a
+// message saying to remove the directory, after which every partition
+// starts with empty windows at its committed positions (as after a move to
+// another instance) and the windows refill from the input. Any other
+// unknown format is ErrCorrupt.
 //
 // # Changelog (DESIGN §8)
 //
@@ -90,7 +131,9 @@
 // changelog offset under l/) or Abort (nothing written, writes stay
 // pending). Restore applies changelog records in unsynced batches of at
 // most 4 MiB, each recording the offset after its last record and removing
-// the stage checkpoints; FinishRestore writes the checkpoints and the
+// the stage checkpoints (it adds the restored keys to the filter of
+// persisted keys before each batch commits, and drops the cached scan
+// iterators after); FinishRestore writes the checkpoints and the
 // offset, synced. Hence, after any crash:
 //
 //	the persisted entries = the changelog's records below the persisted changelog offset, applied in order
@@ -103,10 +146,10 @@
 //
 // # Memory (DESIGN I9)
 //
-// The overlay and pending lists hold only writes not yet checkpointed: they
-// are bounded by the records the chain has in flight plus those completed
-// since the last checkpoint. After a checkpoint commits, overlay entries
-// with no pending write left are dropped.
+// The overlay (map and B-tree) and pending lists hold only writes not yet
+// checkpointed: they are bounded by the records the chain has in flight
+// plus those completed since the last checkpoint. After a checkpoint
+// commits, overlay entries with no pending write left are dropped.
 //
 // # Concurrency
 //
@@ -115,7 +158,10 @@
 // partition's mutex is held only for map and slice operations; backend
 // reads of Get run outside it. Checkpoint, Checkpoints, Reset and Close are
 // serialised with each other; a Checkpoint does not block writes or reads
-// while its batch commits. Get returns a slice the caller must not modify.
+// while its batch commits. Get returns a slice the caller must not modify;
+// the slices a range read passes are valid only during the call. DB.Close
+// waits for range reads in progress (their Pebble iterators) before closing
+// Pebble; a range read on a closed partition fails with ErrClosed.
 // A partition can be open once at a time (ErrPartitionOpen); after Close it
 // can be opened again. DB.Close and Memory.Close close the open partitions
 // first.

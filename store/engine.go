@@ -49,6 +49,16 @@ func (e *engine) openPartition(topic string, partition int32, stages []string) (
 		return nil, &Error{Topic: topic, Partition: partition, Op: "open", Err: ErrPartitionOpen}
 	}
 	e.mu.open[p.id] = p
+	e.mu.Unlock()
+	// Registered, so no other handle of the partition can write meanwhile;
+	// nobody else has p yet.
+	f, err := p.buildFilter()
+	e.mu.Lock()
+	if err != nil {
+		delete(e.mu.open, p.id)
+		return nil, &Error{Topic: topic, Partition: partition, Op: "open", Err: err}
+	}
+	p.filter.Store(f)
 	return p, nil
 }
 

@@ -17,6 +17,9 @@ var (
 	ErrInvalid = errors.New("store: invalid argument")
 	// ErrCorrupt: a persisted value that this version cannot decode.
 	ErrCorrupt = errors.New("store: corrupt data")
+	// ErrOldFormat: OpenPebble on a database written in an earlier format
+	// that this version does not read (see doc.go, "Format versions").
+	ErrOldFormat = errors.New("store: state written in an older format")
 )
 
 // Error is the error of an operation on one partition's state.

@@ -35,7 +35,11 @@ const (
 // partition's prefix ("m/" < "p/").
 var metaVersionKey = []byte("m/version")
 
-const formatVersion = 1
+// formatVersion is the format of a database: its key layout (above) and
+// the layout of the values its users write. 2: the attribution processors
+// keep one key per click and per install (issue #17); the store's own keys
+// are as in 1.
+const formatVersion = 2
 
 // keyspace builds the keys of one partition.
 type keyspace struct {

@@ -104,6 +104,71 @@ func (be *memBackend) rangeLocked(lo, hi []byte) []string {
 
 func (be *memBackend) newBatch() batch { return &memBatch{be: be} }
 
+// newIter returns an iterator that reads the live map: every positioning
+// call takes the read lock and seeks from the current key, so it always
+// sees the latest committed batches (refresh has nothing to do).
+func (be *memBackend) newIter(lo, hi []byte) (backendIter, error) {
+	it := &memIter{be: be, lo: string(lo), hi: string(hi)}
+	it.take = it.takeKV
+	return it, nil
+}
+
+type memIter struct {
+	be     *memBackend
+	lo, hi string
+	k      string
+	v      []byte
+	ok     bool
+	take   func(string, []byte) bool
+}
+
+func (it *memIter) takeKV(k string, v []byte) bool {
+	it.k, it.v, it.ok = k, v, true
+	return false
+}
+
+func (it *memIter) ascend(from btreemap.LowerBound[string]) bool {
+	it.ok = false
+	it.be.mu.RLock()
+	it.be.mu.t.AscendFunc(from, btreemap.LT(it.hi), it.take)
+	it.be.mu.RUnlock()
+	return it.ok
+}
+
+func (it *memIter) descend(from btreemap.UpperBound[string]) bool {
+	it.ok = false
+	it.be.mu.RLock()
+	it.be.mu.t.DescendFunc(from, btreemap.GE(it.lo), it.take)
+	it.be.mu.RUnlock()
+	return it.ok
+}
+
+func (it *memIter) seekGE(key []byte) bool {
+	if k := string(key); k > it.lo {
+		return it.ascend(btreemap.GE(k))
+	}
+	return it.ascend(btreemap.GE(it.lo))
+}
+
+func (it *memIter) seekLT(key []byte) bool {
+	if k := string(key); k < it.hi {
+		return it.descend(btreemap.LT(k))
+	}
+	return it.descend(btreemap.LT(it.hi))
+}
+
+func (it *memIter) setBounds(lo, hi []byte) { it.lo, it.hi, it.ok = string(lo), string(hi), false }
+
+func (it *memIter) next() bool { return it.ascend(btreemap.GT(it.k)) }
+func (it *memIter) prev() bool { return it.descend(btreemap.LT(it.k)) }
+
+// key views the stored string without copying; it must not be modified.
+func (it *memIter) key() []byte    { return unsafeBytes(it.k) }
+func (it *memIter) value() []byte  { return it.v }
+func (it *memIter) err() error     { return nil }
+func (it *memIter) refresh() error { return nil }
+func (it *memIter) close() error   { return nil }
+
 func (be *memBackend) newBatchSized(int) batch { return be.newBatch() }
 
 type memOpKind uint8

@@ -3,6 +3,7 @@ package store
 import (
 	"log/slog"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -12,6 +13,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	logger *slog.Logger
 	fs     vfs.FS
+	tune   func(*pebble.Options)
 }
 
 type optionFunc func(*config)
@@ -29,4 +31,12 @@ func WithLogger(l *slog.Logger) Option {
 // operating system's file system (vfs.Default).
 func WithFS(fs vfs.FS) Option {
 	return optionFunc(func(c *config) { c.fs = fs })
+}
+
+// WithPebbleOptions lets fn adjust the Pebble options after the store has
+// set its own (FormatNewest, a 16 MB memtable, a 512 MB block cache,
+// Bloom filters). fn must
+// not change FS, Logger or the comparer. Default: none.
+func WithPebbleOptions(fn func(*pebble.Options)) Option {
+	return optionFunc(func(c *config) { c.tune = fn })
 }

@@ -5,8 +5,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/RaduBerinde/btreemap"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
@@ -62,6 +66,9 @@ type partitionStore struct {
 	stages     []string
 	handles    []stageState
 	evictLimit int
+	// filter holds every persisted key (see keyFilter); never nil once
+	// the partition is open.
+	filter atomic.Pointer[keyFilter]
 
 	ckpt struct {
 		sync.Mutex
@@ -86,6 +93,18 @@ type partitionStore struct {
 		closed  bool
 		seq     uint64
 		overlay map[string]*okey
+		// keys holds the overlay's entries in key order, for scans (get
+		// uses the map).
+		keys *btreemap.BTreeMap[string, *okey]
+		// gen counts the times overlay entries were dropped after their
+		// writes were persisted (and Resets): a scan that sees it change
+		// refreshes its backend iterator (see scanner).
+		gen uint64
+		// iters are backend iterators opened at the current gen and not in
+		// use: a scan takes one instead of opening one (an iterator opened
+		// at the current gen sees what a new one would; see scanner). A gen
+		// change closes them.
+		iters   []backendIter
 		pending [][]write // per stage, in seq order (offsets in any order)
 	}
 }
@@ -111,6 +130,7 @@ func newPartitionStore(e *engine, topic string, partition int32, stages []string
 	p.ckpt.n = make([]int, len(stages))
 	p.ckpt.taken = make([][]write, len(stages))
 	p.mu.overlay = make(map[string]*okey)
+	p.mu.keys = btreemap.New[string, *okey](16, strings.Compare)
 	p.mu.pending = make([][]write, len(stages))
 	return p
 }
@@ -146,6 +166,9 @@ func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
 		}
 		return userValue(enc), true, nil
 	}
+	if !p.filter.Load().mayContain(key) {
+		return nil, false, nil // never persisted
+	}
 	return p.getPersisted(key)
 }
 
@@ -180,6 +203,7 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 	if k == nil {
 		k = &okey{key: string(key)}
 		p.mu.overlay[k.key] = k
+		p.mu.keys.ReplaceOrInsert(k.key, k)
 	}
 	p.mu.seq++
 	k.enc, k.seq = enc, p.mu.seq
@@ -214,6 +238,10 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 	}
 	p.ckpt.Lock()
 	pc := &prepared{p: p, cps: cps, withRecords: records}
+	if err := p.rebuildFilterIfFull(); err != nil {
+		pc.release()
+		return nil, p.err("checkpoint", err)
+	}
 
 	p.mu.Lock()
 	if p.mu.closed {
@@ -278,7 +306,25 @@ func (pc *prepared) applied() {
 	p.advanceEvictedThrough(p.ckpt.flushed, pc.ev, pc.complete)
 	p.mu.Lock()
 	p.persistedLocked(pc.cps, pc.evicted)
+	stale := p.newGenLocked()
 	p.mu.Unlock()
+	closeIters(stale)
+}
+
+// newGenLocked bumps the generation (the backend changed under keys that
+// leave or left the overlay) and returns the cached iterators, now stale,
+// for the caller to close outside mu.
+func (p *partitionStore) newGenLocked() []backendIter {
+	p.mu.gen++
+	stale := p.mu.iters
+	p.mu.iters = nil
+	return stale
+}
+
+func closeIters(its []backendIter) {
+	for _, it := range its {
+		_ = it.close() // read-only: nothing to lose
+	}
 }
 
 // advanceEvictedThrough updates ckpt.evictedThrough after a committed batch
@@ -378,6 +424,7 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 			continue
 		}
 		b.set(kb, w.enc)
+		p.filter.Load().add(unsafeBytes(w.k.key)) // before the overlay drops it
 		if exp := valueExpiry(w.enc); exp != 0 {
 			kb = index(kb[:0], p.ks, exp, w.k.key)
 			b.set(kb, nil)
@@ -497,6 +544,7 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []stri
 			k.floor = max(k.floor, w.seq)
 			if k.pending--; k.pending == 0 {
 				delete(p.mu.overlay, k.key)
+				p.mu.keys.Delete(k.key)
 			}
 		}
 		j += copy(l[j:], l[n:])
@@ -576,6 +624,7 @@ func (p *partitionStore) Reset() error {
 	if err := b.commit(); err != nil {
 		return p.err("reset", err)
 	}
+	p.filter.Store(newKeyFilter(0))
 	p.dropLocked()
 	return nil
 }
@@ -598,6 +647,8 @@ func (p *partitionStore) Close() error {
 
 func (p *partitionStore) dropLocked() {
 	clear(p.mu.overlay)
+	p.mu.keys.Clear(false)
+	closeIters(p.newGenLocked()) // rare: closing under mu is fine
 	for i := range p.mu.pending {
 		p.mu.pending[i] = nil
 	}
@@ -643,4 +694,18 @@ func (s *stageState) Set(offset int64, key, value []byte, expires time.Time) err
 // Delete deletes key for the record at offset.
 func (s *stageState) Delete(offset int64, key []byte) error {
 	return s.p.write("delete", s.stage, offset, key, nil)
+}
+
+// Scan calls fn with every entry whose key is in [lo, hi) (hi nil: no upper
+// bound), in ascending key order, until fn returns false. It sees what Get
+// sees. key and value are valid only during the call and must not be
+// modified; lo and hi must not change during the scan. fn may call the
+// state; whether the scan sees writes made after it began is unspecified.
+func (s *stageState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	return s.p.scan(lo, hi, false, fn)
+}
+
+// ScanReverse is Scan in descending key order.
+func (s *stageState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	return s.p.scan(lo, hi, true, fn)
 }

@@ -18,3 +18,27 @@ func TestOpenPebbleRejectsOtherFormat(t *testing.T) {
 	_, err = OpenPebble("db", WithFS(fs))
 	require.ErrorIs(t, err, ErrCorrupt)
 }
+
+// TestOpenPebbleRefusesOldFormat: a database of format 1 (per-user
+// attribution blobs) is refused with ErrOldFormat and a message saying what
+// to do, and left as it was.
+func TestOpenPebbleRefusesOldFormat(t *testing.T) {
+	fs := vfs.NewMem()
+	pdb, err := pebble.Open("db", &pebble.Options{FS: fs})
+	require.NoError(t, err)
+	require.NoError(t, pdb.Set(metaVersionKey, []byte{0, 0, 0, 1}, pebble.Sync))
+	require.NoError(t, pdb.Close())
+
+	_, err = OpenPebble("db", WithFS(fs))
+	require.ErrorIs(t, err, ErrOldFormat)
+	require.ErrorContains(t, err, "format 1, this version reads format 2")
+	require.ErrorContains(t, err, "remove the directory")
+
+	pdb, err = pebble.Open("db", &pebble.Options{FS: fs})
+	require.NoError(t, err)
+	v, closer, err := pdb.Get(metaVersionKey)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0, 0, 0, 1}, v)
+	require.NoError(t, closer.Close())
+	require.NoError(t, pdb.Close())
+}

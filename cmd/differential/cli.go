@@ -59,6 +59,7 @@ var commands = []command{
 	{"run", "run the attribution chain against Kafka brokers", runCmd},
 	{"produce", "write a generated attribution workload to a topic", produceCmd},
 	{"bench", "compare the chain engine with the micro-batch baseline", benchCmd},
+	{"heavykey", "measure a heavy key's per-record cost against the other keys'", heavyKeyCmd},
 	{"version", "print the version", versionCmd},
 }
 

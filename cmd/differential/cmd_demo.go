@@ -28,6 +28,7 @@ type demoOptions struct {
 	keyConcurrency int
 	gate           string
 	maxRecordBytes int
+	heavyKey       float64
 	logFormat      string
 	logLevel       string
 	velocity       velocityOptions
@@ -65,6 +66,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
+	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
 	o.velocity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -86,6 +88,8 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 		return usagef("--key-concurrency must be in [1, %d], got %d", maxKeyConcurrency, o.keyConcurrency)
 	case o.maxRecordBytes < 1024:
 		return usagef("--max-record-bytes must be >= 1024, got %d", o.maxRecordBytes)
+	case o.heavyKey < 0 || o.heavyKey >= 1:
+		return usagef("--heavy-key must be in [0, 1), got %v", o.heavyKey)
 	}
 	return o.execute(ctx, e)
 }
@@ -123,6 +127,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 
 	wcfg := workload.DefaultConfig()
 	wcfg.Records, wcfg.Partitions, wcfg.Seed, wcfg.Topic, wcfg.MaxRecordBytes = o.records, o.partitions, o.seed, demoInput, o.maxRecordBytes
+	wcfg.HeavyKeyShare = o.heavyKey
 	if alerts != "" {
 		wcfg.ClickSpamFrac = demoClickSpam
 		fmt.Fprintf(w, "velocity stage on (%s); alerts to %s\n", o.velocity.describe(), alerts)

@@ -23,6 +23,7 @@ type produceOptions struct {
 	partitions     int
 	seed           uint64
 	maxRecordBytes int
+	heavyKey       float64
 	create         bool
 	kafkaVersion   string
 	sec            securityFlags
@@ -50,6 +51,7 @@ func (o *produceOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.partitions, "partitions", 0, "partition count the generator plans keys for; 0: the topic's (with --create: 8)")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "generator seed")
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "the generated \"oversized\" records are this +1 bytes; run with the same --max-record-bytes to see them dead-lettered")
+	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	fs.BoolVar(&o.create, "create", false, "create --topic with --partitions partitions if it does not exist")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
 	o.sec.register(fs)
@@ -87,6 +89,7 @@ func produceCmd(ctx context.Context, args []string, e *env) error {
 
 	cfg := workload.DefaultConfig()
 	cfg.Records, cfg.Partitions, cfg.Seed, cfg.Topic, cfg.MaxRecordBytes = o.records, parts, o.seed, o.topic, o.maxRecordBytes
+	cfg.HeavyKeyShare = o.heavyKey
 	recs := workload.Generate(cfg)
 	fmt.Fprintf(e.stderr, "generated %s records for %d partitions (seed %d): %s\n", count(len(recs)), parts, o.seed, kindSummary(recs))
 	res, err := workload.Write(ctx, workload.WriterConfig{Brokers: o.brokers, Sarama: sc, Topic: o.topic,
@@ -113,6 +116,8 @@ func (o *produceOptions) validate() (sarama.KafkaVersion, error) {
 		return sarama.KafkaVersion{}, usagef("--partitions must be >= 0, got %d", o.partitions)
 	case o.maxRecordBytes <= 0:
 		return sarama.KafkaVersion{}, usagef("--max-record-bytes must be > 0, got %d", o.maxRecordBytes)
+	case o.heavyKey < 0 || o.heavyKey >= 1:
+		return sarama.KafkaVersion{}, usagef("--heavy-key must be in [0, 1), got %v", o.heavyKey)
 	}
 	return parseKafkaVersion(o.kafkaVersion)
 }

@@ -4,6 +4,7 @@
 //	differential run       the attribution chain against Kafka brokers (flags or a YAML --config)
 //	differential produce   a generated, seeded attribution workload to a topic
 //	differential bench     the chain engine against the micro-batch baseline (package bench)
+//	differential heavykey  a heavy key's per-record cost against the other keys' (bench.HeavyKey)
 //	differential version   the module and Go versions
 //
 // What it owns: wiring. It builds the attribution chain (attribution.NewChainWith,
@@ -30,6 +31,9 @@
 // Secrets are never echoed: not in errors, help, logs or /metrics. A bad
 // flag prints one error line and a pointer to --help on stderr;
 // `differential help <command>` prints a command's help.
+//
+// DIFFERENTIAL_CPUPROFILE=file makes any command write a CPU profile of the
+// whole process to file (go tool pprof).
 //
 // Every command runs through cli(ctx, args, env), so tests run them
 // in-process with their own context, writers and test-only hooks (an engine

@@ -13,5 +13,8 @@ func main() {
 		<-ctx.Done()
 		stop() // restore the default action: a second signal terminates
 	}()
-	os.Exit(cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, hooks: buildHooks()}))
+	stopProfile := startProfile(os.Stderr)
+	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, hooks: buildHooks()})
+	stopProfile()
+	os.Exit(code)
 }

@@ -60,7 +60,17 @@ type Config struct {
 	// CostMedian is the median of the per-record processing-cost draw
 	// (log-normal, p99/p50 ≈ 50).
 	CostMedian time.Duration
+	// HeavyKeyShare > 0 makes one user, HeavyKey, take about that share of
+	// the records of its partition (the all-zeros advertising ID, an
+	// emulator, a click farm): its journeys have the usual shape, so over
+	// the span it has thousands of clicks, installs and purchases inside
+	// the attribution windows. 0 (the default) changes nothing.
+	HeavyKeyShare float64
 }
+
+// HeavyKey is the user id of the heavy key (Config.HeavyKeyShare): the
+// all-zeros advertising ID that devices with tracking disabled report.
+const HeavyKey = "00000000-0000-0000-0000-000000000000"
 
 // DefaultConfig is a 100k-record, 8-partition workload over three weeks.
 func DefaultConfig() Config {
@@ -112,6 +122,7 @@ func (c Config) Validate() error {
 	check(c.DupFrac+c.MalformedFrac < 1, "DupFrac+MalformedFrac must be < 1")
 	check(c.MaxRecordBytes > 0, "MaxRecordBytes must be > 0 (got %d)", c.MaxRecordBytes)
 	check(c.CostMedian >= 0, "CostMedian must be >= 0 (got %v)", c.CostMedian)
+	check(c.HeavyKeyShare >= 0 && c.HeavyKeyShare < 1, "HeavyKeyShare must be in [0, 1) (got %v)", c.HeavyKeyShare)
 	return errors.Join(errs...)
 }
 
@@ -123,7 +134,14 @@ func (c Config) String() string {
 		c.Seed, c.Records, c.Partitions, c.Users, c.ZipfS, c.HotPartitions, c.HotFrac,
 		c.Start.UTC().Format(time.RFC3339), c.Span, c.ClicksPerInstall, c.PurchasesPerInstall,
 		c.OrganicFrac, c.ReinstallFrac, c.OrphanPurchaseFrac, c.LateClickFrac, c.DupFrac, c.MalformedFrac,
-		c.MaxRecordBytes, c.CostMedian) + c.spamString()
+		c.MaxRecordBytes, c.CostMedian) + c.heavyString() + c.spamString()
+}
+
+func (c Config) heavyString() string {
+	if c.HeavyKeyShare == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" heavy-key=%g", c.HeavyKeyShare)
 }
 
 func (c Config) spamString() string {
@@ -199,6 +217,8 @@ type gen struct {
 	evs   []event
 	ids   int
 	users []string
+	// heavyP is the probability that a journey is HeavyKey's.
+	heavyP float64
 }
 
 const day = 24 * time.Hour
@@ -226,6 +246,9 @@ func Generate(cfg Config) []Record {
 				g.hot = append(g.hot, i)
 			}
 		}
+	}
+	if cfg.HeavyKeyShare > 0 {
+		g.heavyP = g.heavyProbability()
 	}
 	base := float64(cfg.Records) * (1 - cfg.DupFrac - cfg.MalformedFrac)
 	for float64(len(g.evs)) < base*1.02+1 && cfg.Records > 0 {
@@ -293,7 +316,43 @@ func CountKinds(recs []Record) map[string]int {
 	return m
 }
 
+// heavyProbability is the share p of journeys to give HeavyKey so that it
+// has HeavyKeyShare of its partition's: p / (p + (1−p)·q) = share, where q
+// is the probability that user() picks a user of that partition.
+func (g *gen) heavyProbability() float64 {
+	cfg := g.cfg
+	part := Partition([]byte(HeavyKey), int32(cfg.Partitions))
+	in := func(i int) bool { return Partition([]byte(g.users[i]), int32(cfg.Partitions)) == part }
+	// The distribution user() draws from without the hot partitions.
+	var q, total float64
+	for i := range g.users {
+		w := 1.0
+		if g.zipf != nil {
+			w = math.Pow(float64(1+i), -cfg.ZipfS) // rand.Zipf with v = 1
+		}
+		total += w
+		if in(i) {
+			q += w
+		}
+	}
+	q /= total
+	if len(g.hot) > 0 {
+		hot := 0
+		for _, i := range g.hot {
+			if in(i) {
+				hot++
+			}
+		}
+		q = cfg.HotFrac*float64(hot)/float64(len(g.hot)) + (1-cfg.HotFrac)*q
+	}
+	s := cfg.HeavyKeyShare
+	return s * q / (1 - s + s*q)
+}
+
 func (g *gen) user() string {
+	if g.heavyP > 0 && g.rng.Float64() < g.heavyP {
+		return HeavyKey
+	}
 	if len(g.hot) > 0 && g.rng.Float64() < g.cfg.HotFrac {
 		return g.users[g.hot[g.rng.IntN(len(g.hot))]]
 	}

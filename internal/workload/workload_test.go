@@ -135,3 +135,38 @@ func TestValidateAndString(t *testing.T) {
 	assert.Contains(t, err.Error(), "Partitions must be > 0")
 	assert.Contains(t, err.Error(), "DupFrac must be in [0, 1]")
 }
+
+// TestHeavyKey: HeavyKeyShare gives HeavyKey about that share of its
+// partition's records, with journeys of the usual shape; without it the key
+// never appears.
+func TestHeavyKey(t *testing.T) {
+	cfg := workload.DefaultConfig()
+	cfg.Records = 100_000
+	for _, share := range []float64{0, 0.3} {
+		cfg.HeavyKeyShare = share
+		recs := workload.Generate(cfg)
+		part := workload.Partition([]byte(workload.HeavyKey), int32(cfg.Partitions))
+		var inPart, heavy int
+		kinds := map[string]int{}
+		for _, r := range recs {
+			if r.Partition != part {
+				continue
+			}
+			inPart++
+			if string(r.Key) == workload.HeavyKey {
+				heavy++
+				kinds[strings.SplitN(r.Kind, "/", 2)[0]]++
+			}
+		}
+		if share == 0 {
+			assert.Zero(t, heavy)
+			continue
+		}
+		got := float64(heavy) / float64(inPart)
+		assert.InDelta(t, share, got, 0.03, "heavy key's share of partition %d", part)
+		for _, k := range []string{"click", "install", "purchase"} {
+			assert.Greater(t, kinds[k], 500, "heavy key's %s records", k)
+		}
+		assert.Contains(t, cfg.String(), "heavy-key=0.3")
+	}
+}

@@ -2,7 +2,6 @@ package attribution
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -146,8 +145,8 @@ func emit(pc *chain.Context, user string, value []byte) {
 	})
 }
 
-// ClickProcessor is the click stage: it stores each non-duplicate click in
-// its user's bucket of click time.
+// ClickProcessor is the click stage: it stores each non-duplicate click
+// under its own key.
 type ClickProcessor struct{ cfg Config }
 
 // Sequence deduplicates clicks.
@@ -155,12 +154,12 @@ func (p *ClickProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, err
 	return sequence(&p.cfg, pc, ev)
 }
 
-// Process appends the click (offset, time, arrival watermark max(S(o), t),
-// event id, campaign, channel) to its user's bucket of click time, without
-// decoding what the bucket holds. A bucket expires once the last time it
-// can hold is unusable: bucket end + Lookback + Lateness. A click that no
-// install can use any more (EvictionWatermark − time > Lookback+Lateness)
-// is not stored.
+// Process stores the click under (user, time, offset) with its arrival
+// watermark max(S(o), t), event id, campaign and channel: one write, no
+// read, whatever the user stored before. It expires once no install can use
+// it: time + Lookback + Lateness. A click that no install can use any more
+// (EvictionWatermark − time > Lookback+Lateness) is not stored. A repeated
+// Process writes the same key and value again.
 func (p *ClickProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
 	e, err := payload(ev)
 	if err != nil {
@@ -170,34 +169,12 @@ func (p *ClickProcessor) Process(_ context.Context, pc *chain.Context, ev *chain
 	if !usable(e.Time, pc.EvictionWatermark(), win) {
 		return nil
 	}
-	st := pc.State()
-	b := p.cfg.bucketOf(e.Time)
-	key := clickKey(e.UserID, b)
-	old, ok, err := st.Get(key)
-	if err != nil {
-		return fmt.Errorf("attribution: get %q: %w", key, err)
-	}
-	o := pc.Offset()
-	buf := make([]byte, clickHeaderLen, max(len(old), clickHeaderLen)+64+len(e.EventID)+len(e.CampaignID)+len(e.Channel))
-	if ok {
-		if _, err := newClickReader(old); err != nil {
-			return corrupt(key, err)
-		}
-		if lastClickOffset(old) == o {
-			return nil // a repeated Process of this record: already stored
-		}
-		buf = append(buf[:0], old...)
-	}
-	buf[0] = stateVersion
-	binary.BigEndian.PutUint64(buf[1:clickHeaderLen], uint64(o))
-	buf = appendClick(buf, o, e.Time, maxTime(pc.StreamTime(), e.Time), e)
-	end := time.Unix(0, (b+1)*int64(p.cfg.clickBucket())-1)
-	return st.Set(key, buf, end.Add(win))
+	key := clickKey(e.UserID, e.Time.UnixNano(), pc.Offset())
+	return pc.State().Set(key, encodeClick(maxTime(pc.StreamTime(), e.Time), e), e.Time.Add(win))
 }
 
 // InstallProcessor is the install stage: it attributes each non-duplicate
-// install to a click, emits the install output and stores the install in
-// its user's install list.
+// install to a click, emits the install output and stores the install.
 type InstallProcessor struct{ cfg Config }
 
 // Sequence deduplicates installs.
@@ -211,6 +188,12 @@ func (p *InstallProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, e
 // has the latest time, ties to the larger offset. The engine's gate
 // guarantees every candidate is stored; stored clicks that are not
 // candidates (e.g. at offsets > o that arrived too late) are ignored.
+//
+// The first three conditions bound the click's time, which leads its key
+// after the user: one reverse scan of that range, newest first, stops at
+// the first click that also meets the fourth — the winner. It passes only
+// the clicks that sort above the winner and fail the fourth condition
+// (stored ahead of the install, arrived after t+Lateness).
 func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
 	e, err := payload(ev)
 	if err != nil {
@@ -218,92 +201,83 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	}
 	st := pc.State()
 	o, t, s := pc.Offset(), e.Time, pc.StreamTime()
-	now := maxTime(s, t)
-	lateLimit := t.Add(p.cfg.Lateness)
-
 	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
-	var best clickView
-	found := false
-	// Candidates have t − Lookback ≤ time ≤ t: only these buckets. Buckets
-	// split event time, so scanning them newest first, the first bucket
-	// with a candidate holds the winner (every click of an older bucket is
-	// earlier than every click of it).
-	for b := p.cfg.bucketOf(t); b >= p.cfg.bucketOf(t.Add(-p.cfg.Lookback)) && !found; b-- {
-		ckey := clickKey(e.UserID, b)
-		clicks, ok, err := st.Get(ckey)
-		if err != nil {
-			return fmt.Errorf("attribution: get %q: %w", ckey, err)
-		}
-		if !ok {
-			continue
-		}
-		r, err := newClickReader(clicks)
-		if err != nil {
-			return corrupt(ckey, err)
-		}
-		for len(r.b) > 0 {
-			c := r.click()
-			if r.err != nil {
-				return corrupt(ckey, r.err)
-			}
-			if c.time.After(t) || t.Sub(c.time) > p.cfg.Lookback ||
-				!usable(c.time, now, p.cfg.clickWindow()) ||
-				(c.offset > o && c.arrival.After(lateLimit)) {
-				continue
-			}
-			if !found || c.time.After(best.time) || (c.time.Equal(best.time) && c.offset > best.offset) {
-				best, found = c, true
-			}
-		}
-	}
-	if found {
-		out.Attributed = true
-		out.ClickID = string(best.eventID)
-		out.CampaignID = string(best.campaign)
-		out.Channel = string(best.channel)
-		out.ClickTime = best.time
-	}
-
-	ikey := installKey(e.UserID)
-	old, ok, err := st.Get(ikey)
-	if err != nil {
-		return fmt.Errorf("attribution: get %q: %w", ikey, err)
-	}
-	wm, ret := pc.EvictionWatermark(), p.cfg.InstallRetention
-	buf := make([]byte, 1, len(old)+32+len(e.EventID)+len(out.CampaignID))
-	buf[0] = stateVersion
-	var latest time.Time
-	if ok {
-		r, err := newReader(old)
-		if err != nil {
-			return corrupt(ikey, err)
-		}
-		for len(r.b) > 0 {
-			in := r.install()
-			if r.err != nil {
-				return corrupt(ikey, r.err)
-			}
-			if in.offset != o && usable(in.time, wm, ret) {
-				buf = append(buf, in.raw...)
-				latest = maxTime(latest, in.time)
-			}
-		}
-	}
-	if usable(t, wm, ret) {
-		buf = appendInstall(buf, o, t, e.EventID, out.CampaignID)
-		latest = maxTime(latest, t)
-	}
-	switch {
-	case len(buf) > 1:
-		err = st.Set(ikey, buf, latest.Add(ret))
-	case ok:
-		err = st.Delete(ikey)
-	}
-	if err != nil {
+	if err := p.attribute(st, o, e, maxTime(s, t), &out); err != nil {
 		return err
+	}
+	// A purchase uses installs at offsets below its own, so its S is at
+	// least max(S(o), t): an install unusable there is never used.
+	if ret := p.cfg.InstallRetention; usable(t, s, ret) {
+		maxT, err := p.latestInstallTime(st, e.UserID, o)
+		if err != nil {
+			return err
+		}
+		key := installKey(e.UserID, o)
+		if err := st.Set(key, encodeInstall(t, maxTime(maxT, t), e.EventID, out.CampaignID), t.Add(ret)); err != nil {
+			return err
+		}
 	}
 	emit(pc, e.UserID, AppendInstall(make([]byte, 0, 256), out))
 	return nil
+}
+
+// attribute fills out's click fields with the winning click, if any.
+func (p *InstallProcessor) attribute(st chain.State, o int64, e *Event, now time.Time, out *InstallOutput) error {
+	t := e.Time
+	from := maxTime(t.Add(-p.cfg.Lookback), now.Add(-p.cfg.clickWindow()))
+	if from.After(t) {
+		return nil // nothing can be usable
+	}
+	lo := appendUser(nil, ClickKeyPrefix, e.UserID)
+	n := len(lo)
+	lo = appendBE(lo, max(from.UnixNano(), 0))
+	hi := appendBE(lo[:n:n], t.UnixNano()+1) // a copy: cap n
+	lateLimit := t.Add(p.cfg.Lateness).UnixNano()
+	var err error
+	serr := st.ScanReverse(lo, hi, func(k, v []byte) bool {
+		var c clickView
+		if c, err = decodeClick(k[n:], v); err != nil {
+			err = corrupt(k, err)
+			return false
+		}
+		if c.offset > o && c.arrival > lateLimit {
+			return true // arrived after the install's lateness limit
+		}
+		out.Attributed = true
+		out.ClickID = string(c.eventID)
+		out.CampaignID = string(c.campaign)
+		out.Channel = string(c.channel)
+		out.ClickTime = time.Unix(0, c.time).UTC()
+		return false
+	})
+	if serr != nil {
+		return fmt.Errorf("attribution: scan clicks of %q: %w", e.UserID, serr)
+	}
+	return err
+}
+
+// latestInstallTime returns the latest time among the user's stored
+// installs at offsets below o (zero if none): the max time the latest of
+// them carries.
+func (p *InstallProcessor) latestInstallTime(st chain.State, user string, o int64) (time.Time, error) {
+	lo := appendUser(nil, InstallKeyPrefix, user)
+	n := len(lo)
+	hi := appendBE(lo[:n:n], o)
+	var latest time.Time
+	var err error
+	serr := st.ScanReverse(lo, hi, func(k, v []byte) bool {
+		var in installView
+		if in, err = decodeInstall(k[n:], v); err != nil {
+			err = corrupt(k, err)
+		} else {
+			latest = time.Unix(0, in.maxTime)
+		}
+		return false
+	})
+	if serr != nil {
+		return time.Time{}, fmt.Errorf("attribution: scan installs of %q: %w", user, serr)
+	}
+	return latest, err
 }
 
 // PurchaseProcessor is the purchase stage: it attributes each non-duplicate
@@ -318,41 +292,40 @@ func (p *PurchaseProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, 
 
 // Process applies DESIGN §5's purchase rule: among the user's stored
 // installs at offsets < o with max(S(o), t) − time ≤ InstallRetention, the
-// one at the largest offset (the latest in the log).
+// one at the largest offset (the latest in the log). A reverse scan from o
+// takes the first usable install; it stops early when an install's max time
+// (the latest time at or below its offset) is itself unusable, since then
+// none below is usable. In-log-order installs make it one step.
 func (p *PurchaseProcessor) Process(_ context.Context, pc *chain.Context, ev *chain.Event) error {
 	e, err := payload(ev)
 	if err != nil {
 		return err
 	}
-	st := pc.State()
 	o := pc.Offset()
 	now := maxTime(pc.StreamTime(), e.Time)
+	ret := p.cfg.InstallRetention
 	out := PurchaseOutput{EventID: e.EventID, UserID: e.UserID, Time: e.Time, Revenue: e.RevenueText, Currency: e.Currency}
-	key := installKey(e.UserID)
-	v, ok, err := st.Get(key)
-	if err != nil {
-		return fmt.Errorf("attribution: get %q: %w", key, err)
+	lo := appendUser(nil, InstallKeyPrefix, e.UserID)
+	n := len(lo)
+	hi := appendBE(lo[:n:n], o)
+	serr := pc.State().ScanReverse(lo, hi, func(k, v []byte) bool {
+		var in installView
+		if in, err = decodeInstall(k[n:], v); err != nil {
+			err = corrupt(k, err)
+			return false
+		}
+		if usable(time.Unix(0, in.time), now, ret) {
+			out.InstallID = string(in.eventID)
+			out.CampaignID = string(in.campaign)
+			return false
+		}
+		return usable(time.Unix(0, in.maxTime), now, ret)
+	})
+	if serr != nil {
+		return fmt.Errorf("attribution: scan installs of %q: %w", e.UserID, serr)
 	}
-	if ok {
-		r, err := newReader(v)
-		if err != nil {
-			return corrupt(key, err)
-		}
-		var best installView
-		found := false
-		for len(r.b) > 0 {
-			in := r.install()
-			if r.err != nil {
-				return corrupt(key, r.err)
-			}
-			if in.offset < o && usable(in.time, now, p.cfg.InstallRetention) && (!found || in.offset > best.offset) {
-				best, found = in, true
-			}
-		}
-		if found {
-			out.InstallID = string(best.eventID)
-			out.CampaignID = string(best.campaign)
-		}
+	if err != nil {
+		return err
 	}
 	emit(pc, e.UserID, AppendPurchase(make([]byte, 0, 256), out))
 	return nil

@@ -41,15 +41,18 @@
 //
 // # State layout
 //
-//	c/<user_id>#<bucket>      clicks of the user whose time falls in the bucket
-//	                          (bucket = time / (Lookback/8), 8 bytes big-endian),
-//	                          in offset order, after a header holding the last
-//	                          offset appended: offset, time, arrival, event_id,
-//	                          campaign_id, channel
-//	                          expiry = bucket end + Lookback + Lateness
-//	i/<user_id>               installs of the user, in offset order:
-//	                          offset, time, event_id, campaign_id (empty if organic)
-//	                          expiry = latest install time + InstallRetention
+// Layout 2 (issue #17): every click and every install has its own key, so
+// that no record's cost grows with its user's history. <user> is the user
+// id length-prefixed (uvarint length, then its bytes): one user's keys form
+// a contiguous range no other user's keys enter; <time> and <offset> are 8
+// bytes big-endian (time in Unix nanoseconds), so each range is sorted.
+//
+//	c/<user><time><offset>    one stored click: arrival, event_id, campaign_id, channel
+//	                          expiry = time + Lookback + Lateness
+//	i/<user><offset>          one stored install: time, max time (the latest time of
+//	                          the user's stored installs at offsets up to this one),
+//	                          event_id, campaign_id (empty if organic)
+//	                          expiry = time + InstallRetention
 //	d/<type>/<event_id>       latest time of the non-duplicate records with that id
 //	                          expiry = that time + DedupHorizon
 //
@@ -62,31 +65,63 @@
 //	                          at most (Window+Lateness)/Bucket + 1 buckets
 //	                          expiry = newest bucket + Window + Lateness − 1ns
 //
-// Values start with a version byte (1) and use varints; times are Unix
-// nanoseconds (the Decoder only accepts times strictly between MinTime and
-// MaxTime). Each key has a single writer: c/ the click stage, i/ the install
-// stage, d/<type>/ the Sequence of that type's stage, v/ and w/velocity/ the
-// velocity stage, so key-parallel
-// processing (per Kafka key = user_id, which the Decoder enforces) never
-// races on a read-modify-write. The purchase stage only reads.
+// Values start with a version byte (clicks and installs 2, seen values and
+// the velocity stage's values 1, unchanged since layout 1) and use varints;
+// times are Unix nanoseconds (the Decoder only accepts times strictly
+// between MinTime and MaxTime). Layout 1 (one click list per user and time
+// bucket, one install list per user) is not migrated: the store's format
+// version changed with it, and store.OpenPebble refuses a database of the
+// old format (store doc.go); a changelog written with layout 1 is not
+// migrated either (its click and install values have version 1, which
+// layout 2 refuses as corrupt): delete the changelog topic and the state
+// directory and let the job rebuild its state from the input.
+//
+// What each record costs, whatever its user's history:
+//
+//   - click: one write, no read.
+//   - install: one reverse scan of the user's clicks from its time t down to
+//     max(t − Lookback, max(S(o), t) − Lookback − Lateness), which stops at
+//     the first candidate: in (time, offset) order that is the winner. It
+//     passes only clicks that sort above the winner but are not candidates
+//     (stored ahead of the install, arrived after t+Lateness: late clicks
+//     of the same user within its lookback). Then one reverse step for the
+//     latest install below o (its max time) and one write.
+//   - purchase: one reverse scan of the user's installs from o down, which
+//     stops at the first usable install, or as soon as an install's max
+//     time is unusable (nothing below it is usable). With a user's
+//     installs in time order in the log this is one step; otherwise it
+//     passes only installs that are unusable while one earlier in the log
+//     is still usable (a later install with an older time, at the edge of
+//     the retention).
+//   - velocity: the user's bucketed counts (bounded by the window, not by
+//     the history) and its last alert.
+//   - every record: one read and one write of its d/ key (Sequence).
+//
+// A checkpoint's changelog records are the keys it wrote, so with one key
+// per click and per install a record adds one changelog record whatever
+// its user's history (layout 1 rewrote the user's whole list).
+//
+// Each key has a single writer: c/ the click stage, i/ the install stage,
+// d/<type>/ the Sequence of that type's stage, v/ and w/velocity/ the
+// velocity stage, so key-parallel processing (per Kafka key = user_id,
+// which the Decoder enforces) never races on a read-modify-write. The
+// purchase stage only reads.
 //
 // # Eviction and what it guarantees
 //
 // An entry's expiry is the last stream time at which a rule can still use
 // it: the engine must delete it only once the slowest stage's watermark is
 // strictly greater (it passes watermark − 1ns as evictBefore and deletes
-// expiry ≤ evictBefore). Storing a click appends it to its bucket without
-// decoding the bucket (the cost does not grow with a busy user's history; an
-// install reads the at most 9 buckets its lookback covers), and whole
-// buckets expire. The install stage drops, on every write, list entries
-// that are unusable at Context.EvictionWatermark() (EvictionWatermark − time
-// > InstallRetention). Neither stores a new entry that is already unusable. Every record a stage
-// will still process has S(o) ≥ EvictionWatermark, and each rule's window
-// condition is monotone in S, so eviction and trimming never change an
-// output; the state of a user is bounded by the clicks/installs within one
-// window. What remains usable at the partition's final stream time is
-// exactly reference.Run's Final snapshot (compare with SnapshotOf +
-// reference.Usable).
+// expiry ≤ evictBefore), one entry at a time through the store's expiry
+// index, in bounded batches. Neither stage stores an entry that is already
+// unusable: a click unusable at Context.EvictionWatermark() (every record a
+// stage will still process has S(o) ≥ it), an install unusable at its own
+// S(o) (purchases use only installs below their offset, so their S is at
+// least that). Each rule's window condition is monotone in S, so eviction
+// never changes an output; the state of a user is bounded by the clicks and
+// installs within one window. What remains usable at the partition's final
+// stream time is exactly reference.Run's Final snapshot (compare with
+// SnapshotOf + reference.Usable).
 //
 // Candidate clicks at offsets > o exist because the click stage runs ahead
 // of the install stage; the engine's strict gate wm(click) > t+Lateness

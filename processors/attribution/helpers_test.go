@@ -5,12 +5,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/RaduBerinde/btreemap"
+
 	"github.com/differential-dev/differential/chain"
 )
 
-// memState is a map-based chain.StageState; write tags (offsets) are ignored.
+// memState is a map-based chain.StageState (with a B-tree of its keys for
+// the range reads); write tags (offsets) are ignored.
 type memState struct {
-	m map[string]memEntry
+	m    map[string]memEntry
+	keys *btreemap.BTreeMap[string, struct{}]
 }
 
 type memEntry struct {
@@ -18,7 +22,9 @@ type memEntry struct {
 	exp time.Time
 }
 
-func newMemState() *memState { return &memState{m: map[string]memEntry{}} }
+func newMemState() *memState {
+	return &memState{m: map[string]memEntry{}, keys: btreemap.New[string, struct{}](16, strings.Compare)}
+}
 
 func (s *memState) Get(key []byte) ([]byte, bool, error) {
 	e, ok := s.m[string(key)]
@@ -27,11 +33,43 @@ func (s *memState) Get(key []byte) ([]byte, bool, error) {
 
 func (s *memState) Set(_ int64, key, value []byte, expires time.Time) error {
 	s.m[string(key)] = memEntry{v: value, exp: expires}
+	s.keys.ReplaceOrInsert(string(key), struct{}{})
 	return nil
 }
 
 func (s *memState) Delete(_ int64, key []byte) error {
-	delete(s.m, string(key))
+	s.delete(string(key))
+	return nil
+}
+
+func (s *memState) delete(key string) {
+	delete(s.m, key)
+	s.keys.Delete(key)
+}
+
+func (s *memState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	upper := btreemap.Max[string]()
+	if hi != nil {
+		upper = btreemap.LT(string(hi))
+	}
+	for k := range s.keys.Ascend(btreemap.GE(string(lo)), upper) {
+		if !fn([]byte(k), s.m[k].v) {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *memState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	upper := btreemap.Max[string]()
+	if hi != nil {
+		upper = btreemap.LT(string(hi))
+	}
+	for k := range s.keys.Descend(upper, btreemap.GE(string(lo))) {
+		if !fn([]byte(k), s.m[k].v) {
+			break
+		}
+	}
 	return nil
 }
 
@@ -44,7 +82,7 @@ func (s *memState) evict(wm time.Time) {
 	before := wm.Add(-1)
 	for k, e := range s.m {
 		if !e.exp.IsZero() && !e.exp.After(before) {
-			delete(s.m, k)
+			s.delete(k)
 		}
 	}
 }

@@ -94,11 +94,23 @@ func TestChainStages(t *testing.T) {
 	})
 }
 
-// clickBucketKey is the state key of u1's click bucket holding time t.
-func clickBucketKey(cfg attribution.Config, user string, t time.Time) string {
-	w := max(cfg.Lookback/8, time.Second)
-	b := t.UnixNano() / int64(w)
-	return attribution.ClickKeyPrefix + user + "#" + string(binary.BigEndian.AppendUint64(nil, uint64(b)))
+// userKey is prefix + the length-prefixed user + the big-endian numbers
+// (doc.go "State layout").
+func userKey(prefix, user string, nums ...int64) string {
+	k := binary.AppendUvarint([]byte(prefix), uint64(len(user)))
+	k = append(k, user...)
+	for _, n := range nums {
+		k = binary.BigEndian.AppendUint64(k, uint64(n))
+	}
+	return string(k)
+}
+
+func clickKeyOf(user string, t time.Time, off int64) string {
+	return userKey(attribution.ClickKeyPrefix, user, t.UnixNano(), off)
+}
+
+func installKeyOf(user string, off int64) string {
+	return userKey(attribution.InstallKeyPrefix, user, off)
 }
 
 func TestClickStoreAndExpiry(t *testing.T) {
@@ -113,20 +125,42 @@ func TestClickStoreAndExpiry(t *testing.T) {
 	require.Len(t, s.Clicks, 2)
 	assert.Equal(t, attribution.StoredClick{UserID: "u1", EventID: "c2", Offset: 1, Time: t0.Add(-time.Hour), Arrival: t0.Add(time.Minute),
 		CampaignID: "B", Channel: "ch-c2"}, s.Clicks[1])
-	// A bucket expires when the last time it can hold is no longer usable:
-	// bucket end + Lookback + Lateness.
-	w := cfg.Lookback / 8
-	k := clickBucketKey(cfg, "u1", t0.Add(-time.Hour))
-	bucketEnd := time.Unix(0, (t0.Add(-time.Hour).UnixNano()/int64(w)+1)*int64(w)-1)
+	// One key per click; it expires when the click is no longer usable:
+	// time + Lookback + Lateness.
+	k := clickKeyOf("u1", t0.Add(-time.Hour), 1)
 	require.Contains(t, h.st.m, k)
-	assert.True(t, h.st.m[k].exp.Equal(bucketEnd.Add(7*24*time.Hour+time.Hour)), "expiry = bucket end + Lookback + Lateness")
-	assert.NotEqual(t, k, clickBucketKey(cfg, "u1", t0.Add(-8*24*time.Hour)), "8 days apart: different buckets")
+	assert.True(t, h.st.m[k].exp.Equal(t0.Add(-time.Hour+7*24*time.Hour+time.Hour)), "expiry = time + Lookback + Lateness")
+	require.Contains(t, h.st.m, clickKeyOf("u1", t0.Add(-8*24*time.Hour), 0))
 
 	// A click that is already unusable is not stored.
 	h2 := newHarness(t, cfg)
 	h2.run(h2.event(0, click("c1", "u1", -30*24*time.Hour, "A")), 0, 0)
-	assert.NotContains(t, h2.st.m, clickBucketKey(cfg, "u1", t0.Add(-30*24*time.Hour)))
+	assert.NotContains(t, h2.st.m, clickKeyOf("u1", t0.Add(-30*24*time.Hour), 0))
 	assert.Contains(t, h2.st.m, "d/click/c1")
+}
+
+// TestUsersDoNotShareKeyRanges: a user id that extends another one cannot
+// enter the other's scans. Here the other id is "u1" followed by the bytes
+// of a click time inside u1's lookback: were user ids not length-prefixed,
+// its clicks and installs would sort inside u1's ranges.
+func TestUsersDoNotShareKeyRanges(t *testing.T) {
+	h := newHarness(t, attribution.DefaultConfig())
+	other := "u1" + string(binary.BigEndian.AppendUint64(nil, uint64(t0.Add(-30*time.Second).UnixNano())))
+	as := func(ev *chain.Event, user string) *chain.Event {
+		ev.Payload.(*attribution.Event).UserID = user
+		return ev
+	}
+	h.run(as(h.event(0, click("c-other", "x", -time.Minute, "X")), other), 0, 0)
+	h.run(as(h.event(1, install("i-other", "x", 0)), other), 0, 0)
+	_, out := h.run(h.event(2, install("i1", "u1", 0)), 0, 0)
+	assert.Contains(t, string(out[0].Value), `"attributed":false`)
+	_, out = h.run(h.event(3, purchase("p1", "u1", time.Minute, "1")), time.Minute, 0)
+	assert.Contains(t, string(out[0].Value), `"install_id":"i1"`)
+	_, out = h.run(as(h.event(4, purchase("p2", "x", time.Minute, "1")), other), time.Minute, 0)
+	assert.Contains(t, string(out[0].Value), `"install_id":"i-other","campaign_id":"X"`)
+	s := h.snapshot()
+	require.Len(t, s.Installs, 2)
+	assert.Equal(t, other, s.Installs[1].UserID)
 }
 
 func TestSequenceDedup(t *testing.T) {
@@ -170,7 +204,7 @@ func TestInstallCandidateRule(t *testing.T) {
 	s := h.snapshot()
 	require.Len(t, s.Installs, 1)
 	assert.Equal(t, attribution.StoredInstall{UserID: "u1", EventID: "i1", Offset: 2, Time: t0, CampaignID: "B"}, s.Installs[0])
-	assert.True(t, h.st.m["i/u1"].exp.Equal(t0.Add(30*24*time.Hour)))
+	assert.True(t, h.st.m[installKeyOf("u1", 2)].exp.Equal(t0.Add(30*24*time.Hour)), "expiry = time + InstallRetention")
 }
 
 func TestPurchaseUsesEarlierInstallsOnly(t *testing.T) {
@@ -210,7 +244,7 @@ func TestProcessorErrors(t *testing.T) {
 	assert.True(t, chain.IsFatal(err), "%v", err)
 
 	// Corrupt state: Fatal.
-	require.NoError(t, h.st.Set(0, []byte(clickBucketKey(attribution.DefaultConfig(), "u1", ev.Time)), []byte{1, 0xff}, time.Time{}))
+	require.NoError(t, h.st.Set(0, []byte(clickKeyOf("u1", ev.Time, 0)), []byte{2, 0xff}, time.Time{}))
 	err = s.Processor.Process(context.Background(), pc, ev)
 	assert.True(t, chain.IsFatal(err), "%v", err)
 	require.NoError(t, h.st.Set(0, []byte("d/install/i1"), []byte{9}, time.Time{}))

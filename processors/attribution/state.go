@@ -11,38 +11,60 @@ import (
 	"github.com/differential-dev/differential/processors/window"
 )
 
-// State keys (the engine scopes them to the partition).
+// State keys (the engine scopes them to the partition). A user id is
+// written length-prefixed (uvarint length, then the bytes), so the keys of
+// one user form a contiguous range that no other user's keys enter, and
+// times and offsets that follow it (8 bytes big-endian each) sort the range.
 const (
-	// ClickKeyPrefix + user_id + "#" + bucket (8 bytes, big-endian): the
-	// user's stored clicks whose time falls in that bucket (a Lookback/8
-	// slice of event time), in offset order. Bucketing keeps the cost of
-	// storing a click independent of how many clicks a busy user has, and
-	// lets a whole bucket expire at once.
+	// ClickKeyPrefix + user + time (unix ns) + offset: one stored click.
+	// Sorted by (time, offset), so the install rule's winner — the latest
+	// candidate, ties to the larger offset — is the first candidate of a
+	// reverse scan from the install's time.
 	ClickKeyPrefix = "c/"
-	// InstallKeyPrefix + user_id: the user's stored installs, in offset order.
+	// InstallKeyPrefix + user + offset: one stored install. The latest
+	// install below a purchase's offset is the first entry of a reverse
+	// scan from that offset.
 	InstallKeyPrefix = "i/"
 	// SeenKeyPrefix + type + "/" + event_id: the latest event time of the
 	// non-duplicate records with that (type, event_id).
 	SeenKeyPrefix = "d/"
 )
 
-// stateVersion is the first byte of every state value.
-const stateVersion = 1
+// Value versions: the first byte of every state value. Layout 2 (issue #17,
+// one key per click and per install) changed clicks and installs; seen
+// values are as in layout 1.
+const (
+	seenVersion    = 1
+	clickVersion   = 2
+	installVersion = 2
+	// alertVersion: the velocity stage's last alert (v/a/<user_id>).
+	alertVersion = 1
+)
 
 var errCorrupt = errors.New("corrupt state value")
 
-// clickKeySuffix is the length of "#" + bucket.
-const clickKeySuffix = 9
-
-func clickKey(user string, bucket int64) []byte {
-	k := make([]byte, 0, len(ClickKeyPrefix)+len(user)+clickKeySuffix)
-	k = append(k, ClickKeyPrefix...)
-	k = append(k, user...)
-	k = append(k, '#')
-	return binary.BigEndian.AppendUint64(k, uint64(bucket))
+// appendUser appends prefix and the length-prefixed user id.
+func appendUser(dst []byte, prefix, user string) []byte {
+	dst = append(dst, prefix...)
+	dst = binary.AppendUvarint(dst, uint64(len(user)))
+	return append(dst, user...)
 }
 
-func installKey(user string) []byte { return append([]byte(InstallKeyPrefix), user...) }
+// appendBE appends v as 8 bytes big-endian (v >= 0 sorts as a number).
+func appendBE(dst []byte, v int64) []byte { return binary.BigEndian.AppendUint64(dst, uint64(v)) }
+
+// clickKey is the key of the click of user at (time t ns, offset).
+func clickKey(user string, t, offset int64) []byte {
+	k := appendUser(make([]byte, 0, len(ClickKeyPrefix)+binary.MaxVarintLen64+len(user)+16), ClickKeyPrefix, user)
+	return appendBE(appendBE(k, t), offset)
+}
+
+// installKey is the key of the install of user at offset.
+func installKey(user string, offset int64) []byte {
+	k := appendUser(make([]byte, 0, len(InstallKeyPrefix)+binary.MaxVarintLen64+len(user)+8), InstallKeyPrefix, user)
+	return appendBE(k, offset)
+}
+
 func seenKey(typ, id string) []byte {
 	k := make([]byte, 0, len(SeenKeyPrefix)+len(typ)+1+len(id))
 	k = append(k, SeenKeyPrefix...)
@@ -51,11 +73,24 @@ func seenKey(typ, id string) []byte {
 	return append(k, id...)
 }
 
-// Encoding (all integers varints):
+// splitUserKey splits a click or install key (without its prefix) into the
+// user and the n bytes that follow it; ok is false unless exactly n follow.
+func splitUserKey(k string, n int) (user, rest string, ok bool) {
+	l, m := binary.Uvarint([]byte(k))
+	if m <= 0 || l > uint64(len(k)-m) || len(k)-m-int(l) != n {
+		return "", "", false
+	}
+	return k[m : m+int(l)], k[m+int(l):], true
+}
+
+// Encoding (integers are varints, strings length-prefixed):
 //
-//	seen value:    version, time (unix ns)
-//	click bucket:  version, last offset (8 bytes), { offset, time, arrival, len+event_id, len+campaign_id, len+channel }*
-//	install list:  version, { offset, time, len+event_id, len+campaign_id }*
+//	seen value:    version 1, time (unix ns)
+//	click value:   version 2, arrival, event_id, campaign_id, channel
+//	               (time and offset are in the key)
+//	install value: version 2, time, max time, event_id, campaign_id
+//	               (offset in the key; max time: the latest time of the
+//	               user's stored installs at offsets up to this one)
 
 func appendVarint(b []byte, v int64) []byte     { return binary.AppendVarint(b, v) }
 func appendTimeNS(b []byte, t time.Time) []byte { return binary.AppendVarint(b, t.UnixNano()) }
@@ -83,8 +118,6 @@ func (r *reader) varint() int64 {
 	return v
 }
 
-func (r *reader) time() time.Time { return time.Unix(0, r.varint()).UTC() }
-
 func (r *reader) bytes() []byte {
 	if r.err != nil {
 		return nil
@@ -99,97 +132,98 @@ func (r *reader) bytes() []byte {
 	return s
 }
 
-// Click buckets start with a header: version, then the offset of the last
-// click appended (8 bytes, big-endian), so a repeated Process of the same
-// record is recognised without decoding the bucket.
-const clickHeaderLen = 1 + 8
-
-func newClickReader(v []byte) (*reader, error) {
-	if len(v) < clickHeaderLen || v[0] != stateVersion {
-		return nil, errCorrupt
+// end reports corruption if bytes are left over.
+func (r *reader) end() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = errCorrupt
 	}
-	return &reader{b: v[clickHeaderLen:]}, nil
+	return r.err
 }
 
-func lastClickOffset(v []byte) int64 { return int64(binary.BigEndian.Uint64(v[1:clickHeaderLen])) }
-
-func newReader(v []byte) (*reader, error) {
-	if len(v) == 0 || v[0] != stateVersion {
+func newReader(v []byte, version byte) (*reader, error) {
+	if len(v) == 0 || v[0] != version {
 		return nil, errCorrupt
 	}
 	return &reader{b: v[1:]}, nil
 }
 
-func encodeSeen(t time.Time) []byte { return appendTimeNS([]byte{stateVersion}, t) }
+func encodeSeen(t time.Time) []byte { return appendTimeNS([]byte{seenVersion}, t) }
 
 func decodeSeen(v []byte) (time.Time, error) {
-	r, err := newReader(v)
+	r, err := newReader(v, seenVersion)
 	if err != nil {
 		return time.Time{}, err
 	}
-	t := r.time()
-	if r.err == nil && len(r.b) != 0 {
-		r.err = errCorrupt
-	}
-	return t, r.err
+	t := r.varint()
+	return time.Unix(0, t).UTC(), r.end()
 }
 
-// clickView is one stored click, its strings still pointing into the value.
+// clickView is one stored click, its strings still pointing into the key
+// and value it was decoded from. Times are unix ns.
 type clickView struct {
-	offset                     int64
-	time, arrival              time.Time
+	offset, time, arrival      int64
 	eventID, campaign, channel []byte
-	raw                        []byte // the encoded entry
 }
 
-func (r *reader) click() (c clickView) {
-	start := r.b
-	c.offset = r.varint()
-	c.time = r.time()
-	c.arrival = r.time()
-	c.eventID = r.bytes()
-	c.campaign = r.bytes()
-	c.channel = r.bytes()
-	if r.err == nil {
-		c.raw = start[:len(start)-len(r.b)]
-	}
-	return c
-}
-
-func appendClick(b []byte, offset int64, t, arrival time.Time, e *Event) []byte {
-	b = appendVarint(b, offset)
-	b = appendTimeNS(b, t)
+func encodeClick(arrival time.Time, e *Event) []byte {
+	b := make([]byte, 1, 1+binary.MaxVarintLen64+3*binary.MaxVarintLen16+len(e.EventID)+len(e.CampaignID)+len(e.Channel))
+	b[0] = clickVersion
 	b = appendTimeNS(b, arrival)
 	b = appendBytes(b, e.EventID)
 	b = appendBytes(b, e.CampaignID)
 	return appendBytes(b, e.Channel)
 }
 
-// installView is one stored install.
-type installView struct {
-	offset            int64
-	time              time.Time
-	eventID, campaign []byte
-	raw               []byte
-}
-
-func (r *reader) install() (i installView) {
-	start := r.b
-	i.offset = r.varint()
-	i.time = r.time()
-	i.eventID = r.bytes()
-	i.campaign = r.bytes()
-	if r.err == nil {
-		i.raw = start[:len(start)-len(r.b)]
+// decodeClick decodes a click from the 16 bytes of its key after the user
+// (time, offset) and its value.
+func decodeClick(suffix, v []byte) (c clickView, err error) {
+	if len(suffix) != 16 {
+		return c, errCorrupt
 	}
-	return i
+	c.time = int64(binary.BigEndian.Uint64(suffix))
+	c.offset = int64(binary.BigEndian.Uint64(suffix[8:]))
+	r, err := newReader(v, clickVersion)
+	if err != nil {
+		return c, err
+	}
+	c.arrival = r.varint()
+	c.eventID = r.bytes()
+	c.campaign = r.bytes()
+	c.channel = r.bytes()
+	return c, r.end()
 }
 
-func appendInstall(b []byte, offset int64, t time.Time, eventID, campaign string) []byte {
-	b = appendVarint(b, offset)
+// installView is one stored install. Times are unix ns.
+type installView struct {
+	offset, time, maxTime int64
+	eventID, campaign     []byte
+}
+
+func encodeInstall(t, maxTime time.Time, eventID, campaign string) []byte {
+	b := make([]byte, 1, 1+2*binary.MaxVarintLen64+2*binary.MaxVarintLen16+len(eventID)+len(campaign))
+	b[0] = installVersion
 	b = appendTimeNS(b, t)
+	b = appendTimeNS(b, maxTime)
 	b = appendBytes(b, eventID)
 	return appendBytes(b, campaign)
+}
+
+// decodeInstall decodes an install from the 8 bytes of its key after the
+// user (the offset) and its value.
+func decodeInstall(suffix, v []byte) (in installView, err error) {
+	if len(suffix) != 8 {
+		return in, errCorrupt
+	}
+	in.offset = int64(binary.BigEndian.Uint64(suffix))
+	r, err := newReader(v, installVersion)
+	if err != nil {
+		return in, err
+	}
+	in.time = r.varint()
+	in.maxTime = r.varint()
+	in.eventID = r.bytes()
+	in.campaign = r.bytes()
+	return in, r.end()
 }
 
 // StoredClick is a click as the click stage stores it.
@@ -273,42 +307,28 @@ func SnapshotOf(entries map[string][]byte) (Snapshot, error) {
 	for k, v := range entries {
 		switch {
 		case strings.HasPrefix(k, ClickKeyPrefix):
-			if len(k) < len(ClickKeyPrefix)+clickKeySuffix || k[len(k)-clickKeySuffix] != '#' {
+			user, rest, ok := splitUserKey(k[len(ClickKeyPrefix):], 16)
+			if !ok {
 				return s, fmt.Errorf("key %q: %w", k, errCorrupt)
 			}
-			user := k[len(ClickKeyPrefix) : len(k)-clickKeySuffix]
-			r, err := newClickReader(v)
+			c, err := decodeClick([]byte(rest), v)
 			if err != nil {
 				return s, fmt.Errorf("key %q: %w", k, err)
 			}
-			for len(r.b) > 0 && r.err == nil {
-				c := r.click()
-				if r.err != nil {
-					break
-				}
-				s.Clicks = append(s.Clicks, StoredClick{UserID: user, EventID: string(c.eventID), Offset: c.offset,
-					Time: c.time, Arrival: c.arrival, CampaignID: string(c.campaign), Channel: string(c.channel)})
-			}
-			if r.err != nil {
-				return s, fmt.Errorf("key %q: %w", k, r.err)
-			}
+			s.Clicks = append(s.Clicks, StoredClick{UserID: user, EventID: string(c.eventID), Offset: c.offset,
+				Time: time.Unix(0, c.time).UTC(), Arrival: time.Unix(0, c.arrival).UTC(),
+				CampaignID: string(c.campaign), Channel: string(c.channel)})
 		case strings.HasPrefix(k, InstallKeyPrefix):
-			user := k[len(InstallKeyPrefix):]
-			r, err := newReader(v)
+			user, rest, ok := splitUserKey(k[len(InstallKeyPrefix):], 8)
+			if !ok {
+				return s, fmt.Errorf("key %q: %w", k, errCorrupt)
+			}
+			in, err := decodeInstall([]byte(rest), v)
 			if err != nil {
 				return s, fmt.Errorf("key %q: %w", k, err)
 			}
-			for len(r.b) > 0 && r.err == nil {
-				i := r.install()
-				if r.err != nil {
-					break
-				}
-				s.Installs = append(s.Installs, StoredInstall{UserID: user, EventID: string(i.eventID),
-					Offset: i.offset, Time: i.time, CampaignID: string(i.campaign)})
-			}
-			if r.err != nil {
-				return s, fmt.Errorf("key %q: %w", k, r.err)
-			}
+			s.Installs = append(s.Installs, StoredInstall{UserID: user, EventID: string(in.eventID),
+				Offset: in.offset, Time: time.Unix(0, in.time).UTC(), CampaignID: string(in.campaign)})
 		case strings.HasPrefix(k, SeenKeyPrefix):
 			typ, id, ok := strings.Cut(k[len(SeenKeyPrefix):], "/")
 			if !ok {

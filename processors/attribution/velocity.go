@@ -192,16 +192,16 @@ func (p *VelocityProcessor) Process(ctx context.Context, pc *chain.Context, ev *
 
 // Alert state: version, arrival watermark (varint unix ns), offset (varint).
 func encodeAlert(arrival time.Time, off int64) []byte {
-	b := appendTimeNS([]byte{stateVersion}, arrival)
+	b := appendTimeNS([]byte{alertVersion}, arrival)
 	return appendVarint(b, off)
 }
 
 func decodeAlert(v []byte) (time.Time, int64, error) {
-	r, err := newReader(v)
+	r, err := newReader(v, alertVersion)
 	if err != nil {
 		return time.Time{}, 0, err
 	}
-	t, off := r.time(), r.varint()
+	t, off := time.Unix(0, r.varint()).UTC(), r.varint()
 	if r.err == nil && len(r.b) != 0 {
 		r.err = errCorrupt
 	}

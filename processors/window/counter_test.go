@@ -3,6 +3,7 @@ package window
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,38 @@ func (s *memState) Set(_ int64, key, value []byte, expires time.Time) error {
 func (s *memState) Delete(_ int64, key []byte) error {
 	delete(s.m, string(key))
 	return nil
+}
+
+// Scan and ScanReverse: the counter does no range reads; these sort the
+// keys so the type is a complete chain.StageState.
+func (s *memState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error {
+	for _, k := range s.inRange(lo, hi) {
+		if !fn([]byte(k), s.m[k].v) {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *memState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
+	ks := s.inRange(lo, hi)
+	for i := len(ks) - 1; i >= 0; i-- {
+		if !fn([]byte(ks[i]), s.m[ks[i]].v) {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *memState) inRange(lo, hi []byte) []string {
+	var ks []string
+	for k := range s.m {
+		if k >= string(lo) && (hi == nil || k < string(hi)) {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 // evict deletes what the engine deletes at a checkpoint whose slowest

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/differential-dev/differential/bench"
+)
+
+const heavyKeySynopsis = `Measures what a record costs the attribution processors and the Pebble store
+when one key (the all-zeros advertising ID) has --share of its partition's
+records and thousands of events inside the windows, against the other keys'
+records: per record type, the mean, p50 and p99 CPU time of the heavy key's
+records, of the other keys of its partition and of the other partitions.
+No broker: the records go through the three stages on one thread, in log
+order, with a checkpoint every --commit-every records, and the heavy
+partition's outputs are checked against the reference model (exit 1 if they
+differ). Progress goes to stderr, the report to stdout.`
+
+// heavyKeyCmd is `differential heavykey`.
+func heavyKeyCmd(ctx context.Context, args []string, e *env) error {
+	var o bench.HeavyKeyOptions
+	fs := newFlagSet("heavykey", heavyKeySynopsis, e)
+	fs.IntVar(&o.Records, "records", 1_000_000, "records of the workload")
+	fs.IntVar(&o.Partitions, "partitions", 8, "partitions of the workload")
+	fs.Float64Var(&o.Share, "share", 0.3, "the heavy key's share of its partition's records, in (0, 1)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "workload seed")
+	fs.IntVar(&o.CommitEvery, "commit-every", 10_000, "records between checkpoints")
+	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble store (default the system's temporary directory)")
+	fs.BoolVar(&o.NoVerify, "no-verify", false, "skip the check against the reference model")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case o.Records < 1:
+		return usagef("--records must be >= 1, got %d", o.Records)
+	case o.Partitions < 1:
+		return usagef("--partitions must be >= 1, got %d", o.Partitions)
+	case o.Share <= 0 || o.Share >= 1:
+		return usagef("--share must be in (0, 1), got %v", o.Share)
+	case o.CommitEvery < 1:
+		return usagef("--commit-every must be >= 1, got %d", o.CommitEvery)
+	}
+	o.Progress = e.stderr
+	rep, err := bench.HeavyKey(ctx, o)
+	if rep != nil && len(rep.Classes) > 0 {
+		if werr := rep.WriteTable(e.stdout); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if errors.Is(err, bench.ErrIncorrect) {
+		return fmt.Errorf("the outputs differ from the reference model: %w", err)
+	}
+	return err
+}
