@@ -65,6 +65,9 @@ var ErrNoStore = errors.New("chain: no state store configured (use WithStore)")
 type boundState struct {
 	ss     StageState
 	offset int64
+	// tc counts the writes of an exactly-once chain's open cycle (nil
+	// otherwise).
+	tc *txnCoordinator
 }
 
 func (b *boundState) Get(key []byte) ([]byte, bool, error) {
@@ -78,12 +81,18 @@ func (b *boundState) Set(key, value []byte, expires time.Time) error {
 	if b.ss == nil {
 		return ErrNoStore
 	}
+	if b.tc != nil {
+		b.tc.noteWrite()
+	}
 	return b.ss.Set(b.offset, key, value, expires)
 }
 
 func (b *boundState) Delete(key []byte) error {
 	if b.ss == nil {
 		return ErrNoStore
+	}
+	if b.tc != nil {
+		b.tc.noteWrite()
 	}
 	return b.ss.Delete(b.offset, key)
 }

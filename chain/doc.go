@@ -79,6 +79,16 @@
 //     a move, a crash or a scale-out changes no result. The restore runs on
 //     the partition's goroutine, shows in Stats (PartitionStats.Restore) and
 //     stops with the partition's context.
+//   - Exactly-once mode (DESIGN §8, WithExactlyOnce): every commit cycle is
+//     one transaction of the Transactor across the chain's partitions —
+//     outputs, dead letters, changelog records and offsets. A cycle pauses
+//     the partitions until what they began completed, so it commits exactly
+//     the outputs of the records below its offsets; store writes are
+//     persisted only after the transaction committed. A failed or fenced
+//     transaction is aborted and every partition restarts at its last
+//     committed positions with its store overlay dropped (txn.go,
+//     txnpartition.go); a revoke or stop returns after the partition's
+//     final transaction committed or was aborted (ErrTxnAborted).
 //
 // Stats also passes on what an assignment's Source and Committer say of
 // their contact with the cluster, when they implement the optional

@@ -43,6 +43,9 @@ type config struct {
 	store           Store
 	changelog       Changelog
 	producer        Producer
+	txn             Transactor // WithExactlyOnce; nil: at-least-once
+	txnMaxOutputs   int
+	txnMaxWrites    int
 	logger          *slog.Logger
 	observers       []Observer
 	// observer fans out to observers; nil when there is none (New).
@@ -66,6 +69,8 @@ func defaultConfig() config {
 		retryBackoff:    10 * time.Millisecond,
 		maxRetryBackoff: time.Second,
 		maxDeadLetter:   DefaultMaxDeadLetterBytes,
+		txnMaxOutputs:   DefaultTxnMaxOutputs,
+		txnMaxWrites:    DefaultTxnMaxWrites,
 		logger:          slog.New(slog.DiscardHandler),
 	}
 }
@@ -103,6 +108,15 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: logger must not be nil")
 	case c.changelog != nil && c.store == nil:
 		return fmt.Errorf("chain: a changelog (WithChangelog) needs a state store (WithStore)")
+	case c.txn != nil && c.producer != nil:
+		return fmt.Errorf("chain: in exactly-once mode outputs and dead letters go through the Transactor (WithExactlyOnce): do not give WithProducer too")
+	case c.txn != nil && c.store != nil && c.changelog == nil:
+		return fmt.Errorf("chain: exactly-once mode with a state store needs a changelog (WithChangelog): the store is a cache of it, rebuilt from it after a crash")
+	case c.txnMaxOutputs <= 0 || c.txnMaxWrites <= 0:
+		return fmt.Errorf("chain: transaction limits must be > 0, got %d outputs and %d writes", c.txnMaxOutputs, c.txnMaxWrites)
+	}
+	if c.txn != nil {
+		c.producer = c.txn
 	}
 	return nil
 }

@@ -66,10 +66,22 @@ type partitionRun struct {
 	committed atomic.Int64
 	commits   atomic.Int64
 	commitErr atomic.Int64
-	// ready is set once ring and stages are built; Stats reads them only then.
-	ready atomic.Bool
+	// view is the ring and stages Stats reads (set once they are built,
+	// replaced when an exactly-once abort rebuilds them).
+	view atomic.Pointer[partView]
 	// closers: pollers being closed off their stage goroutines.
 	closers sync.WaitGroup
+	// fetchedEnd is the offset after the last record the fetcher took from
+	// Source.Fetch (owned by the fetcher; read once it returned).
+	fetchedEnd int64
+
+	eos eosRun // exactly-once mode (txnpartition.go)
+}
+
+// partView is what Stats reads of a running partition.
+type partView struct {
+	ring   *buffer.Ring[Event]
+	stages []*stageRun
 }
 
 func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
@@ -293,6 +305,9 @@ func (p *partitionRun) run(ctx context.Context) error {
 		po.PartitionStarted(p.topic, p.partition, p.stats)
 		defer po.PartitionStopped(p.topic, p.partition)
 	}
+	if p.c.tc != nil {
+		return p.runExactlyOnce(runCtx, workCtx, cancelWork, first)
+	}
 	g := p.launch(runCtx, workCtx, first)
 	<-runCtx.Done()
 	timedOut := p.shutdown(g, cancelWork)
@@ -331,7 +346,7 @@ func (p *partitionRun) build() {
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
 	}
-	p.ready.Store(true)
+	p.view.Store(&partView{ring: p.ring, stages: p.stages})
 	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
 }
 
@@ -376,7 +391,10 @@ type goroutines struct {
 func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *goroutines {
 	g := &goroutines{loopsDone: make(chan struct{}), workersDone: make(chan struct{})}
 	g.fetchAndCommit.Go(func() { p.fetch(runCtx, first) })
-	g.fetchAndCommit.Go(func() { p.commitLoop(runCtx) })
+	if p.c.tc == nil {
+		// Exactly-once mode commits in the chain's cycles instead.
+		g.fetchAndCommit.Go(func() { p.commitLoop(runCtx) })
+	}
 	var loops sync.WaitGroup
 	for _, s := range p.stages {
 		s.startWorkers(workCtx)
@@ -489,18 +507,26 @@ func (p *partitionRun) finish(ctx context.Context, timedOut bool) error {
 func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 	defer p.ring.Close(io.EOF)
 	recs := first
+	p.noteFetched(recs)
+	if p.eos.refetch > p.start && !p.refill(ctx) {
+		return
+	}
 	evs := make([]Event, 0, p.c.cfg.batchSize)
 	for {
 		if len(recs) == 0 {
 			var err error
 			if recs, err = p.src.Fetch(ctx, recs[:0]); err != nil {
-				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				if ctx.Err() != nil {
+					return // the partition is stopping (or, exactly-once, its epoch ended)
+				}
+				if !errors.Is(err, io.EOF) {
 					p.fail(fmt.Errorf("fetch: %w", err))
 				}
-				// The claim ended (revoke) or the partition is stopping.
+				// The claim ended (revoke).
 				p.stop()
 				return
 			}
+			p.noteFetched(recs)
 		}
 		evs = evs[:0]
 		high := p.ring.High()
@@ -523,6 +549,13 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 			}
 			clear(evs)
 		}
+	}
+}
+
+// noteFetched records how far the main stream has been read.
+func (p *partitionRun) noteFetched(recs []Record) {
+	if n := len(recs); n > 0 {
+		p.fetchedEnd = max(p.fetchedEnd, recs[n-1].Offset+1)
 	}
 }
 

@@ -57,9 +57,13 @@ type stageRun struct {
 	tracker *commit.Tracker
 
 	// outstanding counts records begun and neither completed nor dropped;
-	// drained is notified when it may have reached zero.
+	// drained is notified when it may have reached zero (and, in
+	// exactly-once mode, when entering was cleared).
 	outstanding atomic.Int64
 	drained     signal
+	// entering is set while the stage begins a record in exactly-once mode
+	// (enterCycle): a cycle waits until it is clear.
+	entering atomic.Bool
 
 	// readPos is the cursor as of the stage's last read of a batch: the
 	// stage will never read below it again. The first stage discards what
@@ -120,7 +124,7 @@ func (s *stageRun) newContext() *Context {
 	return &Context{
 		topic: s.p.topic, partition: s.p.partition, stage: s.name,
 		evictWM: func() time.Time { return unixTime(lastWM(s.p, last)) },
-		st:      boundState{ss: s.state},
+		st:      boundState{ss: s.state, tc: s.p.c.tc},
 	}
 }
 
@@ -431,6 +435,12 @@ func (s *stageRun) observe(ev *Event, processing bool, r release) {
 // stage's watermark. A key-scoped stage serves the keys its leader hands
 // back while it waits (its waiting records are what fills the window).
 func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64) error {
+	if s.p.c.tc != nil {
+		if err := s.enterCycle(ctx); err != nil {
+			return err
+		}
+		defer s.leaveCycle()
+	}
 	for {
 		err := s.tryBegin(o, kh, sBefore)
 		if err == nil || !errors.Is(err, commit.ErrWindowFull) {
@@ -587,6 +597,9 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64) error {
 		s.drop()
 		return s.recordError(o, errors.New("stage emitted output but the chain has no producer (WithProducer)"))
 	}
+	if tc := s.p.c.tc; tc != nil {
+		tc.noteOutputs(len(msgs))
+	}
 	cfg.producer.Produce(s.work, msgs, s.acked(o, kh, "produce"))
 	return nil
 }
@@ -602,7 +615,14 @@ func (s *stageRun) acked(o int64, kh uint64, what string) func(error) {
 			return
 		}
 		s.drop()
-		s.p.fail(s.recordError(o, fmt.Errorf("%s: %w", what, err)))
+		err = s.recordError(o, fmt.Errorf("%s: %w", what, err))
+		if tc := s.p.c.tc; tc != nil && errors.Is(err, ErrTransaction) {
+			// Not the record's fault: the transaction cannot commit. The
+			// next cycle aborts it and restarts the partitions.
+			tc.fail(err)
+			return
+		}
+		s.p.fail(err)
 	}
 }
 
@@ -619,6 +639,9 @@ func (s *stageRun) deadLetter(ev *Event, kh uint64, reason error) {
 		return
 	}
 	m := DeadLetter(cfg.dlqTopic, s.name, &ev.Record, reason, cfg.maxDeadLetter)
+	if tc := s.p.c.tc; tc != nil {
+		tc.noteOutputs(1)
+	}
 	ProduceDeadLetter(s.work, cfg.producer, m, s.acked(ev.Offset, kh, "produce dead letter"))
 }
 

@@ -77,12 +77,13 @@ func (p *partitionRun) stats() PartitionStats {
 	if cp, ok := p.committer.(CommitPending); ok {
 		ps.CommitPendingSince = cp.CommitPendingSince()
 	}
-	if !p.ready.Load() {
+	v := p.view.Load()
+	if v == nil {
 		return ps
 	}
-	ps.BufferLen, ps.BufferCap = p.ring.Len(), p.ring.Cap()
-	ps.BufferLow, ps.BufferHigh = p.ring.Low(), p.ring.High()
-	for _, s := range p.stages {
+	ps.BufferLen, ps.BufferCap = v.ring.Len(), v.ring.Cap()
+	ps.BufferLow, ps.BufferHigh = v.ring.Low(), v.ring.High()
+	for _, s := range v.stages {
 		ps.Stages = append(ps.Stages, s.stats(ps.HighWatermark))
 	}
 	return ps

@@ -136,6 +136,12 @@ func (t *Tracker) SetInitialMeta(meta int64) {
 // InFlight returns the number of records begun and not completed.
 func (t *Tracker) InFlight() int { return t.n - t.done }
 
+// CompletedAbove returns the number of records completed out of order
+// above the position (behind an incomplete one). When it is 0 the
+// completed set is exactly the prefix below the position: what exactly-once
+// mode requires of a transaction it commits.
+func (t *Tracker) CompletedAbove() int { return t.done }
+
 // Occupied returns the number of records begun and not yet covered by the
 // position: InFlight plus records completed out of order behind an
 // incomplete one. Begin returns ErrWindowFull exactly when

@@ -57,18 +57,20 @@ func TestTrackerOutOfOrder(t *testing.T) {
 		want     pos
 		inFlight int
 		occupied int
+		above    int
 	}{
-		{3, false, pos{0, 0}, 4, 5},
-		{1, false, pos{0, 0}, 3, 5},
-		{0, true, pos{2, 101}, 2, 3},
-		{4, false, pos{2, 101}, 1, 3},
-		{2, true, pos{5, 104}, 0, 0},
+		{3, false, pos{0, 0}, 4, 5, 1},
+		{1, false, pos{0, 0}, 3, 5, 2},
+		{0, true, pos{2, 101}, 2, 3, 1},
+		{4, false, pos{2, 101}, 1, 3, 2},
+		{2, true, pos{5, 104}, 0, 0, 0},
 	}
 	for _, s := range steps {
 		assert.Equal(t, s.advanced, complete(t, tr, s.complete), "complete %d", s.complete)
 		assert.Equal(t, s.want, position(tr), "after complete %d", s.complete)
 		assert.Equal(t, s.inFlight, tr.InFlight(), "in flight after complete %d", s.complete)
 		assert.Equal(t, s.occupied, tr.Occupied(), "occupied after complete %d", s.complete)
+		assert.Equal(t, s.above, tr.CompletedAbove(), "completed above the position after complete %d", s.complete)
 	}
 }
 

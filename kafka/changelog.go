@@ -182,6 +182,10 @@ func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err erro
 		return &sc
 	}
 	read = derive("read")
+	// Always read_committed: records of aborted transactions (exactly-once
+	// mode's, DESIGN §8) are never state; without transactions it reads
+	// the same as read_uncommitted.
+	read.Consumer.IsolationLevel = sarama.ReadCommitted
 	read.Consumer.MaxWaitTime = DefaultMaxWaitTime
 	read.Consumer.Fetch.MaxBytes = 64 << 20
 	prod = derive("producer")
@@ -395,8 +399,9 @@ type changelogPartition struct {
 
 func (p *changelogPartition) Close() error { return nil }
 
-// End returns the partition's high watermark (under read_committed, its
-// last stable offset).
+// End returns the partition's high watermark: the offset after its last
+// record, committed or not (Read waits for the records below it to be
+// stable).
 func (p *changelogPartition) End(ctx context.Context) (int64, error) {
 	var end int64
 	err := p.retry(ctx, "end offset", func() error {
@@ -405,9 +410,7 @@ func (p *changelogPartition) End(ctx context.Context) (int64, error) {
 			return err
 		}
 		req := sarama.NewOffsetRequest(p.c.readConf.Version)
-		if req.Version >= 2 {
-			req.IsolationLevel = p.c.readConf.Consumer.IsolationLevel
-		}
+		req.IsolationLevel = sarama.ReadUncommitted
 		req.AddBlock(p.c.topic, p.partition, sarama.OffsetNewest, 1)
 		resp, err := b.GetAvailableOffsets(req)
 		if err != nil {
@@ -430,8 +433,17 @@ func (p *changelogPartition) End(ctx context.Context) (int64, error) {
 	return end, err
 }
 
+// errUnstable: the records to read exist but are not stable yet — an open
+// transaction (of a process that crashed or was expelled, or whose commit
+// markers are still being written) holds the partition's last stable
+// offset below them. The transaction coordinator ends it within the
+// transaction timeout, so a read waits for it, for as long as its context
+// lets it.
+var errUnstable = errors.New("the last stable offset is below the records to read (an open transaction holds it)")
+
 // retry runs op until it succeeds, fails for good, or ctx ends; leader
-// moves and broken connections are retried with a bounded backoff.
+// moves and broken connections are retried with a bounded backoff, an
+// unstable end (errUnstable) until ctx ends.
 func (p *changelogPartition) retry(ctx context.Context, what string, op func() error) error {
 	backoff := time.Duration(0)
 	for attempt := 0; ; attempt++ {
@@ -439,11 +451,19 @@ func (p *changelogPartition) retry(ctx context.Context, what string, op func() e
 		if err == nil {
 			return nil
 		}
+		unstable := errors.Is(err, errUnstable)
+		if unstable {
+			attempt = 0
+		}
 		if !transientRead(err) || attempt >= 20 {
 			return fmt.Errorf("kafka: changelog %s/%d: %s: %w", p.c.topic, p.partition, what, err)
 		}
 		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-		p.c.log.Warn("changelog request failed; retrying", "partition", p.partition, "op", what, "err", err, "backoff", backoff)
+		if unstable {
+			p.c.log.Info("changelog read waits for an open transaction to end", "partition", p.partition, "op", what, "err", err, "backoff", backoff)
+		} else {
+			p.c.log.Warn("changelog request failed; retrying", "partition", p.partition, "op", what, "err", err, "backoff", backoff)
+		}
 		_ = p.c.read.RefreshMetadata(p.c.topic)
 		t := time.NewTimer(backoff)
 		select {
@@ -553,6 +573,9 @@ func (p *changelogPartition) fetch(f *kfetch.Filter, offset, to int64) ([]chain.
 		return nil, offset, err
 	}
 	if end := kfetch.End(block, f.ReadCommitted); end < to {
+		if block.HighWaterMarkOffset >= to {
+			return nil, offset, fmt.Errorf("%w: reading up to %d, stable up to %d, high watermark %d", errUnstable, to, end, block.HighWaterMarkOffset)
+		}
 		return nil, offset, fmt.Errorf("%w: reading up to %d, but the partition ends at %d", sarama.ErrOffsetOutOfRange, to, end)
 	}
 	n := 0

@@ -219,6 +219,21 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 	return cc, nil
 }
 
+// exactlyOnce adapts the clients to a chain in exactly-once mode: the input
+// is read read_committed (an upstream's aborted records are never
+// processed), and committed offsets are fetched with RequireStable
+// (KIP-447: a new owner waits until a transaction that commits offsets for
+// the partition has ended, instead of resuming from the offsets before
+// it). Both need protocol versions of Kafka 2.5 (OffsetFetch v7).
+func (cc *clientConfigs) exactlyOnce() {
+	for _, sc := range []*sarama.Config{cc.group, cc.commit, cc.poll} {
+		sc.Consumer.IsolationLevel = sarama.ReadCommitted
+		if !sc.Version.IsAtLeast(sarama.V2_5_0_0) {
+			sc.Version = sarama.V2_5_0_0
+		}
+	}
+}
+
 // secured returns a copy of base (a new default configuration when nil)
 // with sec applied; base itself when sec is zero.
 func secured(base *sarama.Config, sec Security) (*sarama.Config, error) {

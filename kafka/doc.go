@@ -51,6 +51,16 @@
 //     min.compaction.lag.ms one hour) — the only topic the engine creates —
 //     and refuses one with another partition count or a deleting cleanup
 //     policy (ErrChangelogMismatch).
+//   - transactions (NewTransactor, for chain.WithExactlyOnce): a
+//     transactional producer (KIP-447, Kafka 2.5+) whose one open
+//     transaction per commit cycle holds outputs, dead letters, changelog
+//     records and, with AddOffsetsToTxnWithGroupMetadata, the offsets of
+//     each partition in the name of the group member that owns it (a
+//     member of an older generation is refused). A fenced or failed
+//     producer is replaced by a new session (InitProducerId aborts what
+//     the old one left open). With it, Run reads read_committed and fetches
+//     committed offsets with RequireStable, and the changelog is always
+//     read read_committed.
 //
 // # Commits
 //

@@ -34,6 +34,9 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if ch.ExactlyOnce() {
+		cc.exactlyOnce()
+	}
 	if rt, st := cc.group.Consumer.Group.Rebalance.Timeout, ch.ShutdownTimeout(); rt <= st {
 		// A revoked partition drains (up to the shutdown timeout) and
 		// commits before its member rejoins; a shorter rebalance timeout

@@ -19,6 +19,35 @@ func TestOpenPebbleRejectsOtherFormat(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
+// The instance id is created once and survives a reopen of the directory;
+// another directory is another instance.
+func TestInstanceIDIsKeptInTheStateDirectory(t *testing.T) {
+	dir := t.TempDir()
+	db, err := OpenPebble(dir)
+	require.NoError(t, err)
+	id, err := db.InstanceID()
+	require.NoError(t, err)
+	require.Len(t, id, 32)
+	again, err := db.InstanceID()
+	require.NoError(t, err)
+	require.Equal(t, id, again)
+	require.NoError(t, db.Close())
+
+	db, err = OpenPebble(dir)
+	require.NoError(t, err)
+	reopened, err := db.InstanceID()
+	require.NoError(t, err)
+	require.Equal(t, id, reopened, "the same state directory is the same instance")
+	require.NoError(t, db.Close())
+
+	other, err := OpenPebble(t.TempDir())
+	require.NoError(t, err)
+	defer other.Close()
+	oid, err := other.InstanceID()
+	require.NoError(t, err)
+	require.NotEqual(t, id, oid)
+}
+
 // TestOpenPebbleRefusesOldFormat: a database of format 1 (per-user
 // attribution blobs) is refused with ErrOldFormat and a message saying what
 // to do, and left as it was.

@@ -58,6 +58,8 @@ type Tester struct {
 		instance  string
 		// failCommits, when > 0, makes that many next commits fail.
 		failCommits int
+		// txn: UseTransactions.
+		txn *Transactor
 	}
 
 	ch      *chain.Chain
@@ -180,8 +182,14 @@ func (t *Tester) Start(partitions ...int32) {
 	if t.cancel != nil {
 		t.tb.Fatalf("chaintest: Start while running")
 	}
+	t.mu.Lock()
+	var prod chain.Option = chain.WithProducer(producer{t})
+	if x := t.mu.txn; x != nil {
+		prod = chain.WithExactlyOnce(x)
+	}
+	t.mu.Unlock()
 	opts := append([]chain.Option{
-		chain.WithProducer(producer{t}),
+		prod,
 		chain.WithObserver(observer{t}),
 		chain.WithOutputTopic("output"),
 		chain.WithDLQTopic("dlq"),
@@ -271,6 +279,25 @@ func (t *Tester) WaitIdle() {
 			t.tb.Fatalf("chaintest: chain failed: %v", errors.Join(errs...))
 		}
 		if t.idle() {
+			return
+		}
+		<-ch
+	}
+}
+
+// WaitCommitted blocks until partition p's last commit is at or after
+// offset, or a partition failed (the test fails).
+func (t *Tester) WaitCommitted(p int32, offset int64) {
+	t.tb.Helper()
+	for {
+		ch := t.changed.wait()
+		t.errMu.Lock()
+		errs := slices.Clone(t.errs)
+		t.errMu.Unlock()
+		if len(errs) > 0 {
+			t.tb.Fatalf("chaintest: chain failed: %v", errors.Join(errs...))
+		}
+		if cs := t.Commits(p); len(cs) > 0 && cs[len(cs)-1].Offset >= offset {
 			return
 		}
 		<-ch

@@ -23,8 +23,19 @@ type Changelog struct {
 		failAppends  int
 		beforeAppend func(partition int32, recs []chain.ChangelogRecord)
 		retention    time.Duration
+		// txn marks the records of transactions (Transactor) that did not
+		// commit: pending while the transaction is open, aborted after.
+		// Read skips both, as a read_committed reader does.
+		txn map[int32]map[int64]txnStatus
 	}
 }
+
+type txnStatus uint8
+
+const (
+	txnPending txnStatus = iota + 1
+	txnAborted
+)
 
 var (
 	_ chain.Changelog          = (*Changelog)(nil)
@@ -59,11 +70,65 @@ func (c *Changelog) Partition(_ string, p int32) (chain.ChangelogPartition, erro
 	return &changelogPartition{c: c, p: p}, nil
 }
 
-// Records returns a copy of partition p's changelog, in offset order.
+// Records returns a copy of partition p's changelog, in offset order (the
+// records of transactions that did not commit included).
 func (c *Changelog) Records(p int32) []chain.ChangelogRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.mu.parts[p])
+}
+
+// CommittedRecords returns what a read_committed reader sees of partition
+// p: Records without those of pending or aborted transactions.
+func (c *Changelog) CommittedRecords(p int32) []chain.ChangelogRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []chain.ChangelogRecord
+	for _, r := range c.mu.parts[p] {
+		if c.mu.txn[p][r.Offset] == 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// appendTxn appends recs to partition p as pending records of an open
+// transaction and returns their offsets' end.
+func (c *Changelog) appendTxn(p int32, recs []chain.ChangelogRecord) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &changelogPartition{c: c, p: p}
+	next := l.endLocked()
+	if c.mu.txn == nil {
+		c.mu.txn = map[int32]map[int64]txnStatus{}
+	}
+	if c.mu.txn[p] == nil {
+		c.mu.txn[p] = map[int64]txnStatus{}
+	}
+	for _, r := range recs {
+		c.mu.parts[p] = append(c.mu.parts[p], chain.ChangelogRecord{Offset: next, Key: slices.Clone(r.Key), Value: slices.Clone(r.Value)})
+		c.mu.txn[p][next] = txnPending
+		next++
+	}
+	return next
+}
+
+// endTxn commits or aborts every pending record.
+func (c *Changelog) endTxn(commit bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mu.txn {
+		for off, st := range m {
+			if st != txnPending {
+				continue
+			}
+			if commit {
+				delete(m, off)
+			} else {
+				m[off] = txnAborted
+			}
+		}
+	}
 }
 
 // FailAppends makes the next n appends fail after writing the first half
@@ -130,6 +195,9 @@ func (l *changelogPartition) Read(ctx context.Context, from, to int64, fn func([
 	}
 	var recs []chain.ChangelogRecord
 	for _, r := range l.c.mu.parts[l.p] {
+		if l.c.mu.txn[l.p][r.Offset] != 0 {
+			continue // not committed (read_committed)
+		}
 		if r.Offset >= from && r.Offset < to {
 			recs = append(recs, chain.ChangelogRecord{Offset: r.Offset, Key: slices.Clone(r.Key), Value: slices.Clone(r.Value)})
 		}

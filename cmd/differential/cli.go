@@ -44,7 +44,8 @@ type hooks struct {
 	// topic before verifying it (tests break the verification on purpose).
 	tamperOutputs func([]reference.Written) []reference.Written
 	// wrapProducer may replace run's output producer (the chaosbreak build
-	// breaks the engine on purpose for the fault-injection suite).
+	// breaks the engine on purpose for the fault-injection suite); in
+	// exactly-once mode it wraps the transactional producer's sends.
 	wrapProducer func(chain.Producer) chain.Producer
 }
 

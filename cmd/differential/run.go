@@ -44,18 +44,12 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		return stateDirError(o.stateDir, err)
 	}
 	defer closeLogged(log, "state store", db)
-	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: o.brokers, Sarama: sc, Security: o.security, Logger: log, Registry: reg})
-	if err != nil {
-		return err
-	}
-	// Closed after kafka.Run returned: every output of a committed record
-	// is acknowledged by then, so Close has nothing left to flush.
-	defer closeLogged(log, "producer", prod)
 	h := e.hooks
+	var cl *kafka.Changelog
 	if o.changelog {
 		// The only topic run creates: with the input's partition count,
 		// compacted; an existing one is checked (exit 1 on a mismatch).
-		cl, err := kafka.NewChangelog(ctx, kafka.ChangelogConfig{
+		cl, err = kafka.NewChangelog(ctx, kafka.ChangelogConfig{
 			Brokers: o.brokers, InputTopic: o.topic, Group: o.group, Topic: o.changelogName(),
 			Sarama: sc, Security: o.security, Logger: log, Registry: reg,
 		})
@@ -66,8 +60,39 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "changelog", cl)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
 	}
+	var prod chain.Producer
+	if o.exactlyOnce() {
+		tx, err := o.transactor(db, cl, sc, reg, log)
+		if err != nil {
+			return err
+		}
+		// Closed after kafka.Run returned: every partition's final cycle
+		// has committed or aborted its transaction by then.
+		defer closeLogged(log, "transactional producer", tx)
+		var txn chain.Transactor = tx
+		if h.wrapProducer != nil {
+			// The chaosbreak build's broken producer, inside the transaction.
+			txn = wrappedTransactor{Transactor: tx, out: h.wrapProducer(tx)}
+		}
+		h.chainOptions = append([]chain.Option{chain.WithExactlyOnce(txn)}, h.chainOptions...)
+	} else {
+		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: o.brokers, Sarama: sc, Security: o.security, Logger: log, Registry: reg})
+		if err != nil {
+			return err
+		}
+		// Closed after kafka.Run returned: every output of a committed record
+		// is acknowledged by then, so Close has nothing left to flush.
+		defer closeLogged(log, "producer", p)
+		prod = p
+	}
+	if o.exactlyOnce() && o.gate != string(chain.GatePartition) {
+		// Exactly-once mode supports only the partition-scoped gate for now
+		// (chain.New refuses a key-scoped follower with it).
+		log.Info("exactly-once: the followers use the partition-scoped gate", "gate", o.gate)
+		o.gate = string(chain.GatePartition)
+	}
 	var out chain.Producer = prod
-	if h.wrapProducer != nil {
+	if h.wrapProducer != nil && prod != nil {
 		out = h.wrapProducer(prod)
 	}
 	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
@@ -87,7 +112,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		changelog = o.changelogName()
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
-		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog,
+		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog, "guarantee", o.guarantee,
 		"assignor", o.assignor, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	if o.velocity.window > 0 {
 		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
@@ -108,6 +133,32 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run stopped cleanly")
 	return nil
+}
+
+// transactor connects exactly-once mode's transactional producer, with the
+// transactional id --transactional-id or <group>.<the state directory's
+// instance id>: stable across restarts of this process (a restart fences
+// its previous incarnation and aborts the transaction it left open at
+// once), never shared by two live processes (each has its own locked state
+// directory).
+func (o *runOptions) transactor(db *store.DB, cl *kafka.Changelog, sc *sarama.Config, reg metrics.Registry, log *slog.Logger) (*kafka.Transactor, error) {
+	id := o.txnID
+	if id == "" {
+		instance, err := db.InstanceID()
+		if err != nil {
+			return nil, fmt.Errorf("--state-dir %s: %w", o.stateDir, err)
+		}
+		id = kafka.TransactionalID(o.group, instance)
+	}
+	if o.txnTimeout >= 10*time.Second {
+		log.Warn("--transaction-timeout is not below the group session timeout (10s): after a crash, the partitions restart elsewhere before the brokers abort the crashed process's transaction, and read_committed readers (restores included) wait for it",
+			"transaction_timeout", o.txnTimeout)
+	}
+	log.Info("exactly-once: transactional producer", "transactional_id", id, "transaction_timeout", o.txnTimeout)
+	return kafka.NewTransactor(kafka.TransactorConfig{
+		Brokers: o.brokers, TransactionalID: id, Timeout: o.txnTimeout, Changelog: cl,
+		Sarama: sc, Security: o.security, Logger: log, Registry: reg,
+	})
 }
 
 // preflight connects once and checks that the input, output and dead-letter
@@ -143,4 +194,15 @@ func closeLogged(log *slog.Logger, what string, c interface{ Close() error }) {
 	if err := c.Close(); err != nil {
 		log.Warn("close "+what, "err", err)
 	}
+}
+
+// wrappedTransactor is a Transactor whose outputs and dead letters go
+// through out (hooks.wrapProducer), which sends them with the Transactor.
+type wrappedTransactor struct {
+	chain.Transactor
+	out chain.Producer
+}
+
+func (w wrappedTransactor) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
+	w.out.Produce(ctx, msgs, done)
 }

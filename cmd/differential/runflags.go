@@ -24,6 +24,9 @@ type runOptions struct {
 	stateDir       string
 	changelog      bool
 	changelogTopic string
+	guarantee      string
+	txnTimeout     time.Duration
+	txnID          string
 	assignor       string
 	start          string
 	kafkaVersion   string
@@ -55,6 +58,7 @@ func defaultRunOptions() runOptions {
 
 		topic: "events", group: "differential-attribution",
 		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
+		guarantee: defaultGuarantee, txnTimeout: kafka.DefaultTransactionTimeout,
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
@@ -82,6 +86,9 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state (one per process)")
 	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
 	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
+	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: each commit interval is one Kafka transaction; read_committed readers see every output once, ever)")
+	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below the group session timeout (10s)")
+	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<instance id kept in --state-dir>); two live processes must never share one")
 	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")
 	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
@@ -173,6 +180,12 @@ func (o *runOptions) validate() error {
 		return usagef("--shutdown-timeout must be > 0, got %s", o.shutdown)
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
+	case o.exactlyOnce() && !o.changelog:
+		return usagef("--guarantee exactly-once needs --changelog (the committed state lives in the changelog; the state directory is a cache of it): drop --changelog=false, or use --guarantee at-least-once")
+	case o.exactlyOnce() && o.txnTimeout <= o.commitInterval:
+		return usagef("--transaction-timeout (%s) must exceed --commit-interval (%s): a transaction stays open for a commit interval", o.txnTimeout, o.commitInterval)
+	case !o.exactlyOnce() && o.txnID != "":
+		return usagef("--transactional-id is for --guarantee exactly-once")
 	}
 	if err := o.velocity.validate(); err != nil {
 		return err
@@ -195,6 +208,16 @@ func (o *runOptions) validate() error {
 	}
 	return nil
 }
+
+// The --guarantee values.
+const (
+	guaranteeExactlyOnce = "exactly-once"
+	guaranteeAtLeastOnce = "at-least-once"
+	defaultGuarantee     = guaranteeAtLeastOnce
+)
+
+// exactlyOnce reports whether --guarantee is exactly-once.
+func (o *runOptions) exactlyOnce() bool { return o.guarantee == guaranteeExactlyOnce }
 
 // The --assignor values.
 const (

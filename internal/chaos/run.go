@@ -31,8 +31,7 @@ const (
 	// partition restarted at its committed position, repeats work).
 	AtLeastOnce Guarantee = "at-least-once"
 	// ExactlyOnce accepts no repeat at all (read_committed). The engine
-	// gets --guarantee exactly-once, which the CLI rejects until
-	// exactly-once mode (issue #12) exists.
+	// gets --guarantee exactly-once.
 	ExactlyOnce Guarantee = "exactly-once"
 )
 

@@ -115,6 +115,8 @@ type env struct {
 	parts        [][]chain.Record
 	model        *reference.Expectation // of parts
 	total        int64
+	// args are extra `differential run` flags (env.start).
+	args []string
 }
 
 // newEnv makes the topics (input and output with 4 partitions, dead
@@ -242,9 +244,16 @@ func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
 // output and dead letter at least once, each repeat byte-identical.
 func (e *env) verify(t *testing.T) {
 	t.Helper()
+	e.verifyWith(t, false, reference.IdenticalDuplicates)
+}
+
+// verifyWith is verify reading the topics read_committed or not, with the
+// repeats dups allows.
+func (e *env) verifyWith(t *testing.T, readCommitted bool, dups reference.Duplicates) {
+	t.Helper()
 	b := e.b
-	r := e.model.Check(reference.FromKafka(b.ReadAll(t, e.out, false)), reference.FromKafka(b.ReadAll(t, e.dlq, false)),
-		reference.Options{Duplicates: reference.IdenticalDuplicates})
+	r := e.model.Check(reference.FromKafka(b.ReadAll(t, e.out, readCommitted)), reference.FromKafka(b.ReadAll(t, e.dlq, readCommitted)),
+		reference.Options{Duplicates: dups})
 	require.True(t, r.OK(), r.Summary())
 	o := r.Outputs()
 	t.Logf("outputs: %d distinct, %d re-emitted after crashes; dead letters: %d, %d re-emitted",

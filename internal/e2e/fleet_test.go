@@ -46,10 +46,14 @@ type outputLog struct {
 	changed chan struct{} // closed and replaced at every new output
 }
 
-func consumeOutputs(t *testing.T, ctx context.Context, b *testbroker.Broker, topic string, partitions int) *outputLog {
+func consumeOutputs(t *testing.T, ctx context.Context, b *testbroker.Broker, topic string, partitions int, readCommitted bool) *outputLog {
 	t.Helper()
 	l := &outputLog{seen: map[outID]bool{}, changed: make(chan struct{})}
-	cons, err := sarama.NewConsumer(b.Addrs(), b.Config())
+	cc := b.Config()
+	if readCommitted {
+		cc.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
+	cons, err := sarama.NewConsumer(b.Addrs(), cc)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cons.Close() })
 	for p := range partitions {
@@ -119,6 +123,9 @@ type fleet struct {
 	want         map[outID]bool
 	outputs      *outputLog
 	dirs         string
+	// exactlyOnce runs the members with --guarantee exactly-once, and
+	// every read is read_committed.
+	exactlyOnce bool
 }
 
 func (f *fleet) start(t *testing.T, name string) *member {
@@ -136,6 +143,9 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		// idle release trades completeness for progress). Sentinels end it.
 		"--idle-timeout", "10m",
 		"--max-record-bytes", strconv.Itoa(f.cfg.MaxRecordBytes), "--log-format", "json", "--log-level", level)
+	if f.exactlyOnce {
+		cmd.Args = append(cmd.Args, "--guarantee", "exactly-once")
+	}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -248,8 +258,8 @@ func (f *fleet) expected() {
 // offset order (the attribution chain's key-scoped gate orders no more).
 func (f *fleet) check(t *testing.T, dups reference.Duplicates) *reference.Report {
 	t.Helper()
-	return reference.Check(f.parts, f.cfg, reference.FromKafka(f.b.ReadAll(t, f.out, false)),
-		reference.FromKafka(f.b.ReadAll(t, f.dlq, false)), reference.Options{Duplicates: dups, Order: reference.KeyOrder})
+	return reference.Check(f.parts, f.cfg, reference.FromKafka(f.b.ReadAll(t, f.out, f.exactlyOnce)),
+		reference.FromKafka(f.b.ReadAll(t, f.dlq, f.exactlyOnce)), reference.Options{Duplicates: dups, Order: reference.KeyOrder})
 }
 
 // waitCovered waits until every output of the full log whose input offset
@@ -308,12 +318,22 @@ func (f *fleet) waitCovered(t *testing.T, margin int64, what string) {
 // waitStarted waits until m has started at least one partition.
 func (f *fleet) waitStarted(t *testing.T, m *member) {
 	t.Helper()
+	f.waitStartedMore(t, m, 0)
+}
+
+// startedCount returns how many partitions m has started so far.
+func (m *member) startedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started
+}
+
+// waitStartedMore waits until m has started more than n partitions in all.
+func (f *fleet) waitStartedMore(t *testing.T, m *member, n int) {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		m.mu.Lock()
-		n := m.started
-		m.mu.Unlock()
-		if n > 0 {
+		if m.startedCount() > n {
 			return
 		}
 		select {
@@ -342,17 +362,28 @@ func TestFleetMatchesSingleInstance(t *testing.T) {
 			if assignor != "sticky" && os.Getenv("DIFFERENTIAL_FLEET_ALL") == "" {
 				t.Skip("set DIFFERENTIAL_FLEET_ALL=1 to run the fleet test with every assignor")
 			}
-			testFleet(t, assignor)
+			testFleet(t, assignor, false)
 		})
 	}
 }
 
-func testFleet(t *testing.T, assignor string) {
+// TestExactlyOnceFleet is TestFleetMatchesSingleInstance with --guarantee
+// exactly-once and one more fault: a member frozen (SIGSTOP) until the
+// group has expelled it and given its partitions to another — it lost its
+// generation with a transaction open — then continued (SIGCONT): its stale
+// transaction must be fenced, never committed. Through joins, a clean
+// leave, the frozen member and a SIGKILL, a read_committed reader sees
+// every output and dead letter of the model exactly once, nothing else.
+func TestExactlyOnceFleet(t *testing.T) {
+	testFleet(t, "sticky", true)
+}
+
+func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	const partitions = 8
 	b := testbroker.New(t)
 	f := &fleet{b: b, bin: buildCLI(t), in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "fleet"), partitions: partitions, assignor: assignor,
-		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir()}
+		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(), exactlyOnce: exactlyOnce}
 	if b.Real() {
 		t.Cleanup(func() {
 			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
@@ -381,7 +412,7 @@ func testFleet(t *testing.T, assignor string) {
 	defer f.producer.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.outputs = consumeOutputs(t, ctx, b, f.out, partitions)
+	f.outputs = consumeOutputs(t, ctx, b, f.out, partitions, exactlyOnce)
 	const margin = 300
 
 	// One member, the first fifth of the input.
@@ -415,8 +446,26 @@ func testFleet(t *testing.T, assignor string) {
 	require.Zero(t, r.OrderViolations+r.Unattributable, r.Summary())
 	t.Logf("before the kill: %d outputs, %d dead letters, no repeat", o.Distinct(), r.DeadLetters.Distinct())
 
+	if exactlyOnce {
+		// c is frozen while it works through new input, until the group
+		// expelled it (its session timed out) and a took over its
+		// partitions; then it runs on, with a stale generation and a
+		// transaction that the brokers have aborted.
+		f.produce(t, slice(6)[:len(slice(6))/2])
+		before := a.startedCount()
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+		f.waitStartedMore(t, a, before)
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
+		f.produce(t, slice(6)[len(slice(6))/2:])
+		f.waitCovered(t, margin, "a, c after c lost its generation")
+		r := f.check(t, reference.NoDuplicates)
+		require.Zero(t, r.Outputs().IdenticalDuplicates+r.Outputs().ConflictingDuplicates+r.DeadLetters.IdenticalDuplicates+r.DeadLetters.ConflictingDuplicates,
+			"a member that lost its generation repeats nothing: %s", r.Summary())
+	} else {
+		f.produce(t, slice(6))
+	}
+
 	// c is killed while it works through new input; d joins.
-	f.produce(t, slice(6))
 	f.kill(t, c)
 	d := f.start(t, "d")
 	f.produce(t, slice(7))
@@ -428,13 +477,21 @@ func testFleet(t *testing.T, assignor string) {
 
 	f.stop(t, a)
 	f.stop(t, d)
+	if exactlyOnce {
+		b.WaitStable(t, f.out)
+		b.WaitStable(t, f.dlq)
+	}
 	f.verify(t)
 }
 
 // verify checks the finished run.
 func (f *fleet) verify(t *testing.T) {
 	t.Helper()
-	r := f.check(t, reference.IdenticalDuplicates)
+	dups := reference.IdenticalDuplicates
+	if f.exactlyOnce {
+		dups = reference.NoDuplicates
+	}
+	r := f.check(t, dups)
 	require.True(t, r.OK(), r.Summary())
 	o := r.Outputs()
 	t.Logf("outputs: %d distinct (model: %d), %d repeated byte-identically after the kill; dead letters: %d, %d repeated",
@@ -454,7 +511,7 @@ func (f *fleet) verify(t *testing.T) {
 	client, err := sarama.NewClient(f.b.Addrs(), f.b.Config())
 	require.NoError(t, err)
 	defer client.Close()
-	changelog, err := kfetch.ReadTopic(context.Background(), client, kafka.ChangelogTopic(f.group, f.in), false)
+	changelog, err := kfetch.ReadTopic(context.Background(), client, kafka.ChangelogTopic(f.group, f.in), f.exactlyOnce)
 	require.NoError(t, err)
 	names := attribution.Chain(f.cfg)
 	stages := make([]string, len(names))

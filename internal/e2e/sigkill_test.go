@@ -19,6 +19,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
 // buildCLI builds cmd/differential into a temporary directory.
@@ -144,6 +145,7 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 		"--brokers", strings.Join(e.b.Addrs(), ","), "--topic", e.in, "--output", e.out, "--dlq", e.dlq,
 		"--group", e.group, "--state-dir", e.dir, "--commit-interval", "100ms", "--idle-timeout", "200ms",
 		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", level)
+	cmd.Args = append(cmd.Args, e.args...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -176,6 +178,35 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 // that stops making progress, for a goroutine dump.
 func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
 	e := newEnv(t, "kill", 40_000, 2000, 99)
+	e.sigkillRestart(t)
+	e.verify(t)
+}
+
+// TestExactlyOnceSIGKILLRestart is TestSIGKILLRestartNoLossNoDoubleEffect
+// with --guarantee exactly-once: the process is SIGKILLed with a
+// transaction open (outputs of the cycle already in the log), restarted on
+// the same state directory — the same transactional id, which fences the
+// dead process and aborts its transaction — and a read_committed reader
+// then sees every output and dead letter exactly once, nothing else; the
+// Pebble cache ends equal to the model's state.
+func TestExactlyOnceSIGKILLRestart(t *testing.T) {
+	e := newEnv(t, "eoskill", 40_000, 2000, 99)
+	e.args = []string{"--guarantee", "exactly-once"}
+	e.sigkillRestart(t)
+	e.b.WaitStable(t, e.out)
+	e.b.WaitStable(t, e.dlq)
+	e.verifyWith(t, true, reference.NoDuplicates)
+	// The killed process's open transaction is in the log, aborted: a
+	// read_uncommitted reader sees its outputs repeated.
+	all := e.model.Check(reference.FromKafka(e.b.ReadAll(t, e.out, false)), nil, reference.Options{Duplicates: reference.IdenticalDuplicates})
+	t.Logf("read_uncommitted: %d outputs repeated (aborted transactions, invisible to read_committed)", all.Outputs().IdenticalDuplicates)
+}
+
+// sigkillRestart starts the CLI, SIGKILLs it once a third of the outputs
+// exist, restarts it on the same state directory, waits for every output
+// and stops it with SIGTERM (exit 0).
+func (e *env) sigkillRestart(t *testing.T) {
+	t.Helper()
 	want := e.expectedOutputs()
 	bin := buildCLI(t)
 
@@ -201,5 +232,4 @@ func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no exit within a minute of SIGTERM")
 	}
-	e.verify(t)
 }

@@ -117,6 +117,16 @@ func (b *Broker) Produce(t testing.TB, topic string, msgs ...*sarama.ProducerMes
 	}
 }
 
+// WaitStable waits (at most a minute) until no partition of topic has an
+// open transaction (cluster.WaitStable); call it before a read_committed
+// ReadAll after an exactly-once run.
+func (b *Broker) WaitStable(t testing.TB, topic string) {
+	t.Helper()
+	if err := b.c.WaitStable(topic, time.Minute); err != nil {
+		t.Fatalf("testbroker: %v", err)
+	}
+}
+
 // ReadAll returns every record of every partition of topic, by partition, in offset order:
 // from the log start to the end offset that the first fetch of the partition reports (the
 // high watermark; for readCommitted the last stable offset, with aborted records left out).

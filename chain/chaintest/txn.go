@@ -1,0 +1,232 @@
+package chaintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// Transactor is an in-memory chain.Transactor (UseTransactions): outputs,
+// dead letters and changelog records of the open transaction are
+// acknowledged at once but become visible — Tester.Outputs, Commits, the
+// Changelog's read_committed view — only when the chain commits the
+// transaction, together with its offsets; an abort drops them (the
+// changelog keeps their offsets, skipped by readers, as Kafka does).
+// FailCommits and FailProduce inject the failures the chain must survive.
+type Transactor struct {
+	t *Tester
+
+	mu struct {
+		sync.Mutex
+		outputs []chain.Message
+		open    bool
+		// failed: the transaction cannot commit (a failed send).
+		failed      error
+		failCommits int
+		failProduce int
+		commits     int
+		aborts      int
+		beforeCmt   func()
+		log         []Txn
+	}
+}
+
+// Txn is one committed transaction: its outputs and dead letters, in the
+// order they were sent, and its offsets.
+type Txn struct {
+	Outputs []chain.Message
+	Offsets []chain.TxnOffset
+}
+
+var _ chain.Transactor = (*Transactor)(nil)
+
+// errInjected is the cause of the failures a test injects.
+var errInjected = errors.New("chaintest: injected transaction failure")
+
+// UseTransactions makes every chain the tester starts run in exactly-once
+// mode (chain.WithExactlyOnce) with the returned in-memory Transactor,
+// instead of the tester's at-least-once producer and committer. Combine it
+// with UseChangelog for a chain with state. Call it before the first Start.
+func (t *Tester) UseTransactions() *Transactor {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.txn == nil {
+		t.mu.txn = &Transactor{t: t}
+	}
+	return t.mu.txn
+}
+
+// FailCommits makes the next n Commit calls fail (as a transaction
+// coordinator that refuses EndTxn, or a TxnOffsetCommit refused for a stale
+// generation): nothing of the transaction becomes visible.
+func (x *Transactor) FailCommits(n int) {
+	x.mu.Lock()
+	x.mu.failCommits = n
+	x.mu.Unlock()
+}
+
+// FailProduce makes the next n Produce calls fail with an error wrapping
+// chain.ErrTransaction (a send that failed inside the transaction); the
+// transaction can then no longer commit.
+func (x *Transactor) FailProduce(n int) {
+	x.mu.Lock()
+	x.mu.failProduce = n
+	x.mu.Unlock()
+}
+
+// BeforeCommit installs fn, called at the start of every Commit (outside
+// the transactor's lock); nil removes it.
+func (x *Transactor) BeforeCommit(fn func()) {
+	x.mu.Lock()
+	x.mu.beforeCmt = fn
+	x.mu.Unlock()
+}
+
+// Counts returns how many transactions committed and aborted (an Abort
+// with no transaction open counts for nothing).
+func (x *Transactor) Counts() (commits, aborts int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.mu.commits, x.mu.aborts
+}
+
+// Produce implements chain.Producer inside the open transaction, with the
+// tester's acknowledgement mode and size limit.
+func (x *Transactor) Produce(_ context.Context, msgs []chain.Message, done func(error)) {
+	t := x.t
+	cp := make([]chain.Message, len(msgs))
+	copy(cp, msgs)
+	t.mu.Lock()
+	limit, mode := t.mu.maxSize, t.mu.acks
+	t.mu.Unlock()
+	if limit > 0 {
+		for i := range cp {
+			if n := messageSize(&cp[i]); n > limit {
+				done(fmt.Errorf("chaintest: message to %s: %w: %d bytes > %d", cp[i].Topic, chain.ErrMessageTooLarge, n, limit))
+				return
+			}
+		}
+	}
+	x.mu.Lock()
+	x.mu.open = true
+	if x.mu.failProduce > 0 {
+		x.mu.failProduce--
+		err := fmt.Errorf("chaintest: produce: %w: %w", chain.ErrTransaction, errInjected)
+		if x.mu.failed == nil {
+			x.mu.failed = err
+		}
+		x.mu.Unlock()
+		done(err)
+		return
+	}
+	x.mu.outputs = append(x.mu.outputs, cp...)
+	x.mu.Unlock()
+	switch mode {
+	case AckHold:
+		t.mu.Lock()
+		t.mu.held = append(t.mu.held, done)
+		t.mu.Unlock()
+	case AckAsync:
+		go done(nil)
+	default:
+		done(nil)
+	}
+}
+
+// AppendChangelog implements chain.Transactor on the tester's changelog
+// (UseChangelog).
+func (x *Transactor) AppendChangelog(_ context.Context, _ string, partition int32, recs []chain.ChangelogRecord) (int64, error) {
+	x.t.mu.Lock()
+	cl := x.t.mu.changelog
+	x.t.mu.Unlock()
+	if cl == nil {
+		return 0, errors.New("chaintest: AppendChangelog without UseChangelog")
+	}
+	x.mu.Lock()
+	x.mu.open = true
+	x.mu.Unlock()
+	return cl.appendTxn(partition, recs), nil
+}
+
+// Commit implements chain.Transactor: the transaction's outputs, changelog
+// records and offsets become visible at once.
+func (x *Transactor) Commit(_ context.Context, offsets []chain.TxnOffset) error {
+	x.mu.Lock()
+	hook := x.mu.beforeCmt
+	x.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.mu.open && len(offsets) == 0 {
+		return nil
+	}
+	if x.mu.failed != nil {
+		return x.mu.failed
+	}
+	if x.mu.failCommits > 0 {
+		x.mu.failCommits--
+		return fmt.Errorf("chaintest: commit: %w: %w", chain.ErrTransaction, errInjected)
+	}
+	t := x.t
+	t.mu.Lock()
+	for _, o := range offsets {
+		prev := t.mu.commits[o.Partition]
+		if n := len(prev); n > 0 && o.Offset < prev[n-1].Offset {
+			t.mu.Unlock()
+			return fmt.Errorf("chaintest: commit %d below previous %d", o.Offset, prev[n-1].Offset)
+		}
+		t.mu.commits[o.Partition] = append(prev, Commit{o.Offset, o.Metadata})
+	}
+	t.keepLocked(x.mu.outputs)
+	cl := t.mu.changelog
+	t.mu.Unlock()
+	if cl != nil {
+		cl.endTxn(true)
+	}
+	x.mu.log = append(x.mu.log, Txn{Outputs: x.mu.outputs, Offsets: slices.Clone(offsets)})
+	x.mu.outputs = nil
+	x.mu.open = false
+	x.mu.commits++
+	t.changed.notify()
+	return nil
+}
+
+// Transactions returns the committed transactions, oldest first.
+func (x *Transactor) Transactions() []Txn {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Clone(x.mu.log)
+}
+
+// Abort implements chain.Transactor.
+func (x *Transactor) Abort(context.Context) error {
+	x.mu.Lock()
+	if x.mu.open || x.mu.failed != nil {
+		x.mu.aborts++ // a transaction was open: it is aborted
+	}
+	x.mu.outputs = nil
+	x.mu.open = false
+	x.mu.failed = nil
+	x.mu.Unlock()
+	x.t.mu.Lock()
+	cl := x.t.mu.changelog
+	x.t.mu.Unlock()
+	if cl != nil {
+		cl.endTxn(false)
+	}
+	x.t.changed.notify()
+	return nil
+}
+
+// Pending returns the outputs of the open transaction (not yet visible).
+func (x *Transactor) Pending() []chain.Message {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Clone(x.mu.outputs)
+}

@@ -1,0 +1,547 @@
+package chain
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/differential-dev/differential/commit"
+)
+
+// Transactor is the Kafka side of exactly-once mode (DESIGN §8,
+// WithExactlyOnce): one transactional producer for the whole process.
+// kafka.Transactor implements it on sarama; chaintest has an in-memory one.
+//
+// The chain runs one transaction per commit cycle. Between two cycles it
+// calls Produce (outputs and dead letters) and AppendChangelog from any
+// goroutine; a transaction opens with the first of them. A cycle then
+// calls, from one goroutine and while no Produce or AppendChangelog is in
+// progress, Commit — or Abort, when anything of the cycle failed — and the
+// next call opens the next transaction.
+type Transactor interface {
+	// Producer sends outputs and dead letters inside the open transaction.
+	// An error that ends the transaction (the client can no longer commit
+	// it: a failed send, a fenced producer) wraps ErrTransaction; the
+	// chain then aborts the cycle and restarts every partition from its
+	// last committed positions. Other errors (ErrMessageTooLarge, detected
+	// before anything was sent) are the record's own, as without
+	// transactions.
+	Producer
+	// AppendChangelog writes recs, in order, inside the open transaction to
+	// the changelog partition that holds the state of input topic/partition,
+	// and returns once every one is acknowledged the offset after the last
+	// one (the records are readable, read_committed, only once the
+	// transaction commits).
+	AppendChangelog(ctx context.Context, topic string, partition int32, recs []ChangelogRecord) (end int64, err error)
+	// Commit adds offsets to the open transaction — each with its
+	// partition's Committer, through which the adapter names the group
+	// member (KIP-447: the coordinator refuses a member of an older
+	// generation, so a zombie cannot commit) — and commits it. With nothing
+	// produced and no offsets it does nothing. On error nothing of the
+	// transaction may have become visible, and the chain calls Abort.
+	Commit(ctx context.Context, offsets []TxnOffset) error
+	// Abort aborts the open transaction, if any, and makes the Transactor
+	// ready for the next one (after a fencing: a new producer session). Its
+	// error is logged; the chain restarts the partitions either way.
+	Abort(ctx context.Context) error
+}
+
+// TxnOffset is one partition's consumed offset and commit metadata in a
+// transaction.
+type TxnOffset struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Metadata  string
+	// Committer is the partition's Assignment.Committer.
+	Committer Committer
+}
+
+// ErrTransaction is what a Transactor's errors wrap when the open
+// transaction can no longer commit.
+var ErrTransaction = errors.New("chain: the transaction failed")
+
+// ErrTxnAborted is the final result of a partition whose last cycle was
+// aborted: nothing it completed since its last committed cycle is
+// committed, and none of its outputs since then is visible to
+// read_committed readers; the next owner resumes at the last commit.
+var ErrTxnAborted = errors.New("chain: the transaction holding the partition's final checkpoint was aborted")
+
+// Default bounds of an open transaction (WithTransactionLimits).
+const (
+	DefaultTxnMaxOutputs = 100_000
+	DefaultTxnMaxWrites  = 100_000
+)
+
+// maxConsecutiveAborts bounds the cycles that abort in a row (each followed
+// by a restart of every partition and a growing pause) before the chain
+// gives up and fails its partitions: a failure that persists (an
+// authorization, a deleted topic) must stop the process, not loop.
+const maxConsecutiveAborts = 10
+
+// WithExactlyOnce runs the chain in exactly-once mode (DESIGN §8): every
+// commit cycle is one Kafka transaction of t holding the cycle's outputs,
+// dead letters and changelog records and the consumed offsets of every
+// partition (with the stages' positions and the changelog offset in their
+// metadata). The state store becomes a cache of the changelog: a cycle's
+// writes stay in the store's overlay, which the stages read through, and
+// are persisted only after the transaction committed. A failed, fenced or
+// timed-out transaction is aborted, the overlays dropped, and every
+// partition restarts from its last committed positions. A cycle pauses
+// every partition until what it has begun is complete, so a transaction
+// holds exactly the outputs of a contiguous prefix per stage (no offsets
+// above a position are ever committed). Revoke and stop commit the
+// partition's final checkpoint in a cycle and wait for it.
+//
+// t is also the chain's producer: WithProducer must not be given. With a
+// store, WithChangelog is required (the changelog is where committed state
+// lives; the store is rebuilt from it after a crash). Default: at-least-once
+// (no transactions).
+func WithExactlyOnce(t Transactor) Option {
+	return optionFunc(func(c *config) { c.txn = t })
+}
+
+// WithTransactionLimits makes an exactly-once cycle commit early — before
+// the commit interval ends — when its open transaction holds more than
+// maxOutputs outputs and dead letters, or its partitions' store overlays
+// more than maxWrites state writes: the overlay and the producer's buffers
+// stay bounded whatever the interval (I9). Defaults DefaultTxnMaxOutputs
+// and DefaultTxnMaxWrites; both must be > 0.
+func WithTransactionLimits(maxOutputs, maxWrites int) Option {
+	return optionFunc(func(c *config) { c.txnMaxOutputs, c.txnMaxWrites = maxOutputs, maxWrites })
+}
+
+// ExactlyOnce reports whether the chain runs in exactly-once mode
+// (WithExactlyOnce): the Kafka adapter then reads read_committed and fetches
+// committed offsets with RequireStable.
+func (c *Chain) ExactlyOnce() bool { return c.tc != nil }
+
+// txnCoordinator runs an exactly-once chain's commit cycles: one goroutine
+// (loop) while any partition is registered, one cycle at a time.
+//
+// A cycle: pause every registered partition (its stages stop beginning
+// records; see stageRun.enterCycle) and wait until everything begun has
+// completed — outputs acknowledged inside the transaction; then, per
+// partition, snapshot the positions (a contiguous prefix per stage:
+// checked), prepare the store checkpoint, append its changelog records and
+// compute the commit metadata; commit the transaction with every changed
+// partition's offset; resume; persist the prepared checkpoints to the
+// store. If anything fails: abort, drop every overlay, restart every
+// partition at its last committed positions, resume.
+type txnCoordinator struct {
+	c   *Chain
+	tx  Transactor
+	log *slog.Logger
+
+	// outputs and writes count what the open transaction holds since the
+	// last cycle (approximately: they are reset when a cycle starts).
+	outputs, writes atomic.Int64
+	wake            chan struct{} // a cycle is wanted now (cap 1)
+
+	mu struct {
+		sync.Mutex
+		parts   map[*partitionRun]*txnPart
+		cycling bool
+		running bool  // loop runs
+		failure error // reported by a record (ErrTransaction): the next cycle aborts
+		aborts  int   // consecutive aborted cycles
+	}
+}
+
+// txnPart is a partition's registration.
+type txnPart struct {
+	// final: the partition stopped; the next cycle is its last.
+	final bool
+	// result gets the outcome of the partition's last cycle (nil, or why
+	// it was aborted) when the partition leaves the coordinator.
+	result chan error
+}
+
+func newTxnCoordinator(c *Chain) *txnCoordinator {
+	tc := &txnCoordinator{c: c, tx: c.cfg.txn, log: c.cfg.logger, wake: make(chan struct{}, 1)}
+	tc.mu.parts = map[*partitionRun]*txnPart{}
+	return tc
+}
+
+// register adds p, whose stages start must launch, to the cycles: under the
+// coordinator's lock, so that a cycle either includes p with its stages or
+// runs without it while p starts paused.
+func (tc *txnCoordinator) register(p *partitionRun, start func()) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	p.eos.paused.Store(tc.mu.cycling)
+	start()
+	p.eos.part = &txnPart{result: make(chan error, 1)}
+	tc.mu.parts[p] = p.eos.part
+	if !tc.mu.running {
+		tc.mu.running = true
+		go tc.loop()
+	}
+}
+
+// final asks for p's last cycle — p's stages have stopped and drained (or
+// were abandoned) — and waits for its outcome: nil when the cycle committed
+// p's final checkpoint. p stays paused for ever after: nothing it might
+// still begin can enter a later transaction.
+func (tc *txnCoordinator) final(p *partitionRun) error {
+	tc.mu.Lock()
+	if tp := tc.mu.parts[p]; tp != nil {
+		tp.final = true
+	}
+	tc.mu.Unlock()
+	tc.request()
+	return <-p.eos.part.result
+}
+
+// request wants a cycle now.
+func (tc *txnCoordinator) request() {
+	select {
+	case tc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fail makes the next cycle abort: a record's output failed in a way that
+// ends the transaction.
+func (tc *txnCoordinator) fail(err error) {
+	tc.mu.Lock()
+	if tc.mu.failure == nil {
+		tc.mu.failure = err
+	}
+	tc.mu.Unlock()
+	tc.request()
+}
+
+// noteOutputs and noteWrite count the open transaction's contents and ask
+// for an early cycle when a limit is passed.
+func (tc *txnCoordinator) noteOutputs(n int) {
+	if tc.outputs.Add(int64(n)) > int64(tc.c.cfg.txnMaxOutputs) {
+		tc.request()
+	}
+}
+
+func (tc *txnCoordinator) noteWrite() {
+	if tc.writes.Add(1) > int64(tc.c.cfg.txnMaxWrites) {
+		tc.request()
+	}
+}
+
+// loop runs a cycle every commit interval (or when one is requested) until
+// no partition is registered.
+func (tc *txnCoordinator) loop() {
+	interval := tc.c.cfg.commitInterval
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-tc.wake:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		start := time.Now()
+		if !tc.cycle() {
+			return
+		}
+		t.Reset(max(interval-time.Since(start), 0))
+	}
+}
+
+// cyclePart is one partition in a cycle.
+type cyclePart struct {
+	p     *partitionRun
+	final bool // final at the cycle's start: it leaves after this cycle
+	// leave: the cycle aborted while the partition was stopping; it leaves
+	// with nothing committed since its last cycle.
+	leave bool
+	prep  *txnPrepared
+}
+
+// cycle runs one commit cycle; false when no partition is registered any
+// more (the loop ends).
+func (tc *txnCoordinator) cycle() bool {
+	tc.mu.Lock()
+	if len(tc.mu.parts) == 0 {
+		tc.mu.running = false
+		tc.mu.Unlock()
+		return false
+	}
+	tc.mu.cycling = true
+	parts := make([]*cyclePart, 0, len(tc.mu.parts))
+	for p, tp := range tc.mu.parts {
+		p.eos.paused.Store(true)
+		parts = append(parts, &cyclePart{p: p, final: tp.final})
+	}
+	failed := tc.mu.failure != nil
+	tc.mu.Unlock()
+	tc.outputs.Store(0)
+	tc.writes.Store(0)
+	slices.SortFunc(parts, func(a, b *cyclePart) int {
+		return cmp.Or(cmp.Compare(a.p.topic, b.p.topic), cmp.Compare(a.p.partition, b.p.partition))
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
+	defer cancel()
+	if failed {
+		// The transaction cannot commit: abort it first, which fails the
+		// sends still waiting for an answer (a fenced producer's would be
+		// retried for seconds), so that the drain ends at once.
+		if aerr := tc.tx.Abort(ctx); aerr != nil {
+			tc.log.Warn("aborting the failed transaction", "err", aerr)
+		}
+	}
+	err := tc.drain(parts)
+	// Every failure of the records this transaction holds has been reported
+	// once they are drained (a record's failed send drops it); one taken
+	// before the drain would leave its siblings' to abort the next cycle,
+	// which holds none of them.
+	tc.mu.Lock()
+	if err == nil {
+		err = tc.mu.failure
+	}
+	tc.mu.failure = nil
+	tc.mu.Unlock()
+	var offsets []TxnOffset
+	for _, cp := range parts {
+		if err != nil {
+			break
+		}
+		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx)
+		if err == nil && cp.prep.changed {
+			offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
+				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
+		}
+	}
+	if err == nil {
+		if err = tc.tx.Commit(ctx, offsets); err != nil {
+			err = fmt.Errorf("commit the transaction: %w", err)
+		}
+	}
+	if err != nil {
+		tc.abort(ctx, parts, err)
+	}
+
+	tc.mu.Lock()
+	tc.mu.cycling = false
+	var leaving []*cyclePart
+	for _, cp := range parts {
+		if cp.final || cp.leave {
+			// It leaves, paused for ever: nothing it might still begin
+			// enters a later transaction.
+			delete(tc.mu.parts, cp.p)
+			leaving = append(leaving, cp)
+		}
+	}
+	for p := range tc.mu.parts {
+		p.eos.paused.Store(false)
+		p.eos.resumed.notify()
+	}
+	if err == nil {
+		tc.mu.aborts = 0
+	}
+	aborts := tc.mu.aborts
+	// The last partition left: the loop ends now (a partition registering
+	// from here on starts a new one), not at its next tick.
+	more := len(tc.mu.parts) > 0
+	if !more {
+		tc.mu.running = false
+	}
+	tc.mu.Unlock()
+
+	if err == nil {
+		// After CommitTxn, with the stages running again: the prepared
+		// checkpoints hold their partitions' checkpoint locks, and the
+		// stages read the committed writes from the overlays until the
+		// store has them (DESIGN "Exactly-once mode": a crash in between
+		// leaves the store behind the commit, and the restore catches it up
+		// from the changelog).
+		for _, cp := range parts {
+			if cp.prep != nil {
+				cp.prep.persist()
+			}
+		}
+	}
+	// A leaving partition's final wait ends after its store checkpoint was
+	// written: the process may close the store once every partition
+	// returned.
+	for _, cp := range leaving {
+		cp.p.eos.part.result <- err
+	}
+	if err != nil && aborts > 1 && more {
+		// A failure that repeats: do not spin.
+		t := time.NewTimer(min(100*time.Millisecond<<min(aborts-2, 6), 5*time.Second))
+		<-t.C
+	}
+	return more
+}
+
+// drain waits until no stage of any partition has a record begun and not
+// complete, or one being begun. A partition whose stop abandoned records
+// (shutdown timeout) cannot drain: their outputs may be in the transaction
+// without their positions, so the cycle must abort.
+func (tc *txnCoordinator) drain(parts []*cyclePart) error {
+	deadline := time.NewTimer(tc.c.cfg.shutdownTimeout)
+	defer deadline.Stop()
+	for _, cp := range parts {
+		p := cp.p
+		if p.isAbandoned() {
+			return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
+		}
+		for _, s := range p.stages {
+			for {
+				ch := s.drained.wait()
+				if !s.entering.Load() && s.outstanding.Load() == 0 {
+					break
+				}
+				select {
+				case <-ch:
+				case <-deadline.C:
+					return fmt.Errorf("partition %s/%d stage %q: records in flight did not complete within %v of the cycle's start",
+						p.topic, p.partition, s.name, tc.c.cfg.shutdownTimeout)
+				}
+				if p.isAbandoned() {
+					return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// abort undoes a cycle: the prepared checkpoints are released (their writes
+// stay pending until the rewind drops them), the transaction is aborted,
+// and every partition restarts at its last committed positions.
+func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause error) {
+	tc.mu.Lock()
+	tc.mu.aborts++
+	aborts := tc.mu.aborts
+	tc.mu.Unlock()
+	tc.log.Warn("transaction aborted: every partition restarts from its last committed positions; nothing of the cycle is visible to read_committed readers",
+		"err", cause, "partitions", len(parts), "consecutive_aborts", aborts)
+	for _, cp := range parts {
+		if cp.prep != nil {
+			cp.prep.abort()
+			cp.prep = nil
+		}
+	}
+	if err := tc.tx.Abort(ctx); err != nil {
+		tc.log.Warn("aborting the transaction failed; the transaction coordinator aborts it at its timeout", "err", err)
+	}
+	// Stop every partition's epoch first: its records still in flight may
+	// produce into the transaction opened after the abort, and that one is
+	// aborted too before any partition restarts (stopEpoch).
+	stopped := make([]bool, len(parts))
+	for i, cp := range parts {
+		stopped[i] = cp.p.stopEpoch()
+	}
+	if err := tc.tx.Abort(ctx); err != nil {
+		tc.log.Warn("aborting what the stopping partitions sent after the abort failed; the transaction coordinator aborts it at its timeout", "err", err)
+	}
+	for i, cp := range parts {
+		cp.leave = !stopped[i] || !cp.p.restartEpoch()
+		if aborts >= maxConsecutiveAborts {
+			cp.p.fail(fmt.Errorf("exactly-once: %d transactions in a row aborted, the last: %w", aborts, cause))
+		}
+	}
+}
+
+// txnPrepared is one partition's share of a cycle: its snapshot, prepared
+// store checkpoint and commit.
+type txnPrepared struct {
+	p        *partitionRun
+	cps      []commit.Checkpoint
+	pc       PreparedCheckpoint // nil without a store
+	clOffset int64
+	changed  bool
+	offset   int64
+	metadata string
+}
+
+// prepareTxn is a partition's half of a cycle, while it is paused and
+// drained: the positions (each stage's completed set must be exactly the
+// prefix below its position: records completed above it would have their
+// outputs in the transaction and be processed again after a restart), the
+// store checkpoint and its changelog records (appended inside the
+// transaction), the commit metadata.
+func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor) (*txnPrepared, error) {
+	cps := p.snapshot()
+	for i, s := range p.stages {
+		s.noteProgress(cps[i].Next)
+		s.mu.Lock()
+		above := s.tracker.CompletedAbove()
+		s.mu.Unlock()
+		if above > 0 {
+			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs are in the transaction",
+				p.topic, p.partition, s.name, above, cps[i].Next)
+		}
+	}
+	pr := &txnPrepared{p: p, cps: cps, clOffset: p.clOffset}
+	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
+	if p.cs != nil {
+		evict := EvictBefore(unixTime(cps[len(cps)-1].Watermark))
+		pc, err := p.cs.PrepareCheckpoint(cps, evict)
+		if err != nil {
+			return nil, fmt.Errorf("partition %s/%d: prepare checkpoint: %w", p.topic, p.partition, err)
+		}
+		if recs := pc.Records(); len(recs) > 0 {
+			end, err := tx.AppendChangelog(ctx, p.topic, p.partition, recs)
+			if err != nil {
+				pc.Abort()
+				return nil, fmt.Errorf("partition %s/%d: append %d state changes to the changelog: %w", p.topic, p.partition, len(recs), err)
+			}
+			pr.clOffset = end
+		}
+		pr.pc = pc
+		state.Changelog = pr.clOffset
+	}
+	var err error
+	pr.offset, pr.metadata, pr.changed, err = p.mgr.NextState(state)
+	if err != nil {
+		pr.abort()
+		return nil, fmt.Errorf("partition %s/%d: commit: %w", p.topic, p.partition, err)
+	}
+	return pr, nil
+}
+
+func (pr *txnPrepared) abort() {
+	if pr.pc != nil {
+		pr.pc.Abort()
+		pr.pc = nil
+	}
+}
+
+// persist is the cycle's end for one partition after the transaction
+// committed: the store checkpoint (state, positions, changelog offset) is
+// written, and the commit is recorded.
+func (pr *txnPrepared) persist() {
+	p := pr.p
+	if pr.pc != nil {
+		if err := pr.pc.Commit(pr.clOffset); err != nil {
+			// Kafka has the checkpoint, the store does not: the next
+			// assignment catches the store up from the changelog.
+			p.fail(fmt.Errorf("persist the committed checkpoint: %w", err))
+		}
+		pr.pc = nil
+	}
+	p.clOffset = pr.clOffset
+	p.eos.committed = pr.cps
+	if !pr.changed {
+		return
+	}
+	p.mgr.Committed(pr.offset, pr.metadata)
+	p.committed.Store(pr.offset)
+	p.commits.Add(1)
+	if o := p.c.cfg.observer; o != nil {
+		o.Committed(p.topic, p.partition, pr.offset, pr.metadata)
+	}
+}

@@ -1,0 +1,599 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// DefaultTransactionTimeout is the transaction timeout a Transactor asks for
+// (transaction.timeout.ms) unless configured: below sarama's (and Kafka's)
+// default group session timeout of 10 s, so that a member expelled for
+// silence has had its open transaction aborted by the transaction
+// coordinator by the time its partitions restart elsewhere — an open
+// transaction holds the last stable offset of every partition it wrote to,
+// and with it every read_committed reader, a restore included.
+const DefaultTransactionTimeout = 9 * time.Second
+
+// TransactorConfig configures NewTransactor. Brokers and TransactionalID
+// are required.
+type TransactorConfig struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string
+	// TransactionalID identifies the process's producer to the transaction
+	// coordinator across restarts: a new producer with the same id fences
+	// the previous one and aborts its open transaction at once. Stable per
+	// process: TransactionalID(group, instance) with an instance id kept in
+	// the state directory (store.DB.InstanceID). Two live processes must
+	// never share one (each would fence the other at every recovery).
+	TransactionalID string
+	// Timeout is the transaction timeout: the coordinator aborts a
+	// transaction left open this long (a crashed process's). Default
+	// DefaultTransactionTimeout; at most the brokers'
+	// transaction.max.timeout.ms (15 minutes by default). Keep it above the
+	// chain's commit interval plus a cycle, and below the group's session
+	// timeout.
+	Timeout time.Duration
+	// Changelog is the chain's changelog (the topic AppendChangelog writes
+	// to); nil for a chain without one.
+	Changelog *Changelog
+	// Sarama is an optional base configuration (version, TLS, SASL,
+	// batching, compression, the partitioner of outputs). It is copied,
+	// never modified. The Transactor overrides what transactions depend on:
+	// idempotence, acks=all, one open request per connection, the
+	// transactional id and timeout, successes and errors returned, and a
+	// protocol version of at least 2.5 (KIP-447 fencing by generation).
+	Sarama *sarama.Config
+	// Security configures TLS and SASL, as Config.Security does.
+	Security Security
+	// Logger receives the Transactor's logs. Default: discard.
+	Logger *slog.Logger
+	// Registry, when set, becomes sarama's MetricRegistry. Default: the base's.
+	Registry metrics.Registry
+}
+
+// TransactionalID is the transactional id of a process of group whose
+// instance id is instance (kept in its state directory).
+func TransactionalID(group, instance string) string {
+	return group + "." + instance
+}
+
+func (c *TransactorConfig) saramaConfig() (*sarama.Config, error) {
+	if len(c.Brokers) == 0 {
+		return nil, errors.New("kafka: TransactorConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	}
+	if c.TransactionalID == "" {
+		return nil, errors.New("kafka: TransactorConfig.TransactionalID is required")
+	}
+	if c.Timeout < 0 {
+		return nil, fmt.Errorf("kafka: TransactorConfig.Timeout must be >= 0, got %v", c.Timeout)
+	}
+	base, err := secured(c.Sarama, c.Security)
+	if err != nil {
+		return nil, err
+	}
+	sc := *base
+	if sc.ClientID == "" || sc.ClientID == "sarama" {
+		sc.ClientID = "differential"
+	}
+	sc.ClientID += "-transactions"
+	if c.Registry != nil {
+		sc.MetricRegistry = c.Registry
+	}
+	if !sc.Version.IsAtLeast(sarama.V2_5_0_0) {
+		// TxnOffsetCommit v3 carries the member's generation (KIP-447).
+		sc.Version = sarama.V2_5_0_0
+	}
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Transaction.ID = c.TransactionalID
+	sc.Producer.Transaction.Timeout = DefaultTransactionTimeout
+	if c.Timeout > 0 {
+		sc.Producer.Transaction.Timeout = c.Timeout
+	}
+	// Outputs keep the base's partitioner (by key); changelog records name
+	// their partition (that of their input partition).
+	outputs := sc.Producer.Partitioner
+	if outputs == nil {
+		outputs = sarama.NewHashPartitioner
+	}
+	if cl := c.Changelog; cl != nil {
+		topic := cl.Topic()
+		sc.Producer.Partitioner = func(t string) sarama.Partitioner {
+			if t == topic {
+				return sarama.NewManualPartitioner(t)
+			}
+			return outputs(t)
+		}
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: sarama configuration of the transactional producer: %w", err)
+	}
+	return &sc, nil
+}
+
+// Transactor is the chain.Transactor on Kafka: one transactional sarama
+// producer, on its own client (no fetch long-poll shares its connections),
+// writing outputs, dead letters and changelog records inside the open
+// transaction and committing the consumed offsets into it with the group
+// member's generation (AddOffsetsToTxnWithGroupMetadata, KIP-447).
+//
+// A failed send leaves sarama's transaction in an abortable state; a fenced
+// producer (another producer initialised the same transactional id, or the
+// coordinator aborted the transaction at its timeout) in a fatal one. Abort
+// handles both: it aborts, or closes the producer and starts a new producer
+// session (InitProducerId) on the same client, so the process goes on
+// without an exit.
+//
+// Produce, AppendChangelog, Commit, Abort and Close may be called from any
+// goroutine; the chain never overlaps Commit or Abort with sends.
+type Transactor struct {
+	client sarama.Client
+	sc     *sarama.Config
+	cl     *Changelog
+	log    *slog.Logger
+
+	// mu is held for reading while sending, for writing by Commit, Abort,
+	// a producer's replacement and Close.
+	mu     sync.RWMutex
+	ap     sarama.AsyncProducer
+	reads  *sync.WaitGroup // the current producer's Successes and Errors readers
+	closed bool
+	// waiting are the sends of the current session not yet acknowledged
+	// or failed: a fenced session's are failed at once by Abort (sarama
+	// would retry them for seconds against a producer that can never
+	// commit), and the session is closed in the background (retired).
+	waiting struct {
+		sync.Mutex
+		m map[any]func(error)
+	}
+	retired sync.WaitGroup
+
+	// open: BeginTxn was called for the current transaction; under txMu
+	// (which senders take under mu's read lock).
+	txMu sync.Mutex
+	open bool
+
+	// limits remembers, per topic, the smallest message size a broker
+	// refused as too large (bytes): a send of that size or more fails
+	// before it is sent (chain.ErrMessageTooLarge), because in a
+	// transaction every failed send also fails the transaction.
+	limits sync.Map // topic -> int
+}
+
+var _ chain.Transactor = (*Transactor)(nil)
+
+// NewTransactor connects the transactional producer: it initialises the
+// transactional id (InitProducerId), which fences any older producer with
+// the same id and aborts the transaction it left open.
+func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
+	sc, err := cfg.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	warnInsecure(log, sc)
+	client, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
+	}
+	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID)}
+	if err := retryStart(t.log, startAttempts, time.Second, t.startProducer); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("kafka: transactional producer %q: %w", cfg.TransactionalID, explainTxn(err))
+	}
+	return t, nil
+}
+
+// startAttempts bounds how long NewTransactor retries initialising the
+// transactional id while the brokers cannot serve it: a process restarted
+// while the node holding its transaction coordinator is down (the chaos
+// suite's broker-and-engine kill) waits for the coordinator to move — the
+// brokers' session timeout plus an election — instead of exiting.
+const startAttempts = time.Minute
+
+// retryStart runs start until it succeeds, fails for a reason that is not
+// transient (an authorization, a configuration the brokers refuse), or
+// bound has passed, pausing pause between attempts.
+func retryStart(log *slog.Logger, bound, pause time.Duration, start func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := start()
+		if err == nil || !transient(err) || errors.Is(err, sarama.ErrInvalidTransactionTimeout) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("transactional producer: initialising the transactional id failed; retrying", "err", err, "pause", pause)
+		time.Sleep(pause) // bounded by the deadline; nothing else is waiting yet
+	}
+}
+
+// explainTxn adds what to check to a failed transactional producer start.
+func explainTxn(err error) error {
+	if errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) {
+		return fmt.Errorf("%w (the brokers' transaction state topic may be unable to exist: check transaction.state.log.replication.factor and transaction.state.log.min.isr against the number of brokers)", err)
+	}
+	if errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
+		return fmt.Errorf("%w (the transaction timeout exceeds the brokers' transaction.max.timeout.ms)", err)
+	}
+	return err
+}
+
+// startProducer creates a producer session on the client and its readers;
+// under mu (or before the Transactor is shared).
+func (t *Transactor) startProducer() error {
+	ap, err := sarama.NewAsyncProducerFromClient(t.client)
+	if err != nil {
+		t.ap, t.reads = nil, nil
+		return err
+	}
+	reads := &sync.WaitGroup{}
+	reads.Go(func() {
+		for m := range ap.Successes() {
+			switch w := m.Metadata.(type) {
+			case *ackGroup:
+				w.ack(nil)
+			case *appendWaiter:
+				w.ack(m.Offset, nil)
+			}
+		}
+	})
+	reads.Go(func() {
+		for pe := range ap.Errors() {
+			t.noteTooLarge(pe)
+			err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
+			switch w := pe.Msg.Metadata.(type) {
+			case *ackGroup:
+				w.ack(err)
+			case *appendWaiter:
+				w.ack(-1, err)
+			default:
+				t.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
+			}
+		}
+	})
+	t.ap, t.reads = ap, reads
+	t.open = false
+	return nil
+}
+
+// track registers a send's failure callback until it resolves (untrack).
+func (t *Transactor) track(k any, fail func(error)) {
+	t.waiting.Lock()
+	if t.waiting.m == nil {
+		t.waiting.m = map[any]func(error){}
+	}
+	t.waiting.m[k] = fail
+	t.waiting.Unlock()
+}
+
+func (t *Transactor) untrack(k any) {
+	t.waiting.Lock()
+	delete(t.waiting.m, k)
+	t.waiting.Unlock()
+}
+
+// failWaiting fails every send still waiting (their later results are
+// ignored: each callback runs once).
+func (t *Transactor) failWaiting(err error) {
+	t.waiting.Lock()
+	m := t.waiting.m
+	t.waiting.m = nil
+	t.waiting.Unlock()
+	for _, fail := range m {
+		fail(err)
+	}
+}
+
+// retire replaces the current session without waiting for its sends:
+// they fail now, and the session closes in the background (Close waits
+// for it). Under mu.
+func (t *Transactor) retire() {
+	if t.ap == nil {
+		return
+	}
+	t.failWaiting(fmt.Errorf("kafka: %w: the producer session was fenced and is replaced", chain.ErrTransaction))
+	ap, reads := t.ap, t.reads
+	t.ap, t.reads, t.open = nil, nil, false
+	t.retired.Go(func() {
+		ap.AsyncClose()
+		reads.Wait()
+	})
+}
+
+// stopProducer closes the current producer session and waits for its
+// readers; under mu.
+func (t *Transactor) stopProducer() {
+	if t.ap == nil {
+		return
+	}
+	t.ap.AsyncClose()
+	t.reads.Wait()
+	t.ap, t.reads = nil, nil
+	t.open = false
+}
+
+// noteTooLarge remembers a broker's refusal of a message for its size.
+func (t *Transactor) noteTooLarge(pe *sarama.ProducerError) {
+	if !tooLarge(pe.Err) {
+		return
+	}
+	size := pe.Msg.ByteSize(2)
+	for {
+		prev, loaded := t.limits.LoadOrStore(pe.Msg.Topic, size)
+		if !loaded || prev.(int) <= size || t.limits.CompareAndSwap(pe.Msg.Topic, prev, size) {
+			return
+		}
+	}
+}
+
+// checkSize fails a message before it is sent when it is larger than the
+// producer (Producer.MaxMessageBytes) or the broker (a refusal seen before)
+// accepts: in a transaction a failed send fails the whole transaction, so
+// the chain's fallback (a minimal dead letter) must see the refusal without
+// a send.
+func (t *Transactor) checkSize(pm *sarama.ProducerMessage) error {
+	size := pm.ByteSize(2)
+	if size > t.sc.Producer.MaxMessageBytes {
+		return fmt.Errorf("kafka: produce to %s: %w: %d bytes > Producer.MaxMessageBytes %d", pm.Topic, chain.ErrMessageTooLarge, size, t.sc.Producer.MaxMessageBytes)
+	}
+	if limit, ok := t.limits.Load(pm.Topic); ok && size >= limit.(int) {
+		return fmt.Errorf("kafka: produce to %s: %w: %d bytes (the broker refused %d)", pm.Topic, chain.ErrMessageTooLarge, size, limit.(int))
+	}
+	return nil
+}
+
+// errNoSession: the last attempt to start a producer session failed; the
+// next Abort tries again.
+var errNoSession = errors.New("kafka: no transactional producer session (starting one failed)")
+
+// beginLocked opens the transaction if none is; under mu (read or write).
+func (t *Transactor) beginLocked() error {
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	if t.ap == nil {
+		return fmt.Errorf("kafka: begin transaction: %w: %w", chain.ErrTransaction, errNoSession)
+	}
+	if t.open {
+		return nil
+	}
+	if err := t.ap.BeginTxn(); err != nil {
+		return fmt.Errorf("kafka: begin transaction: %w: %w", chain.ErrTransaction, err)
+	}
+	t.open = true
+	return nil
+}
+
+// Produce implements chain.Producer inside the open transaction (opening
+// one when none is). done gets nil once every message is acknowledged;
+// errors wrap chain.ErrTransaction, except a message too large, which
+// wraps chain.ErrMessageTooLarge and is refused before anything is sent.
+func (t *Transactor) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
+	if len(msgs) == 0 {
+		done(nil)
+		return
+	}
+	pms := make([]*sarama.ProducerMessage, len(msgs))
+	g := &ackGroup{}
+	g.done = func(err error) {
+		t.untrack(g)
+		done(err)
+	}
+	g.remaining.Store(int64(len(msgs)))
+	for i := range msgs {
+		pms[i] = toProducerMessage(&msgs[i], g)
+		if err := t.checkSize(pms[i]); err != nil {
+			g.ack(err)
+			return
+		}
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		g.ack(ErrProducerClosed)
+		return
+	}
+	if err := t.beginLocked(); err != nil {
+		g.ack(err)
+		return
+	}
+	t.track(g, g.ack)
+	for _, pm := range pms {
+		select {
+		case t.ap.Input() <- pm:
+		case <-ctx.Done():
+			// Messages of the transaction may have been sent: it must not
+			// commit without the rest.
+			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w: %w", pm.Topic, chain.ErrTransaction, ctx.Err()))
+			return
+		}
+	}
+}
+
+// AppendChangelog implements chain.Transactor: recs go, in order, to the
+// changelog partition of input partition partition, inside the open
+// transaction.
+func (t *Transactor) AppendChangelog(ctx context.Context, topic string, partition int32, recs []chain.ChangelogRecord) (int64, error) {
+	if t.cl == nil {
+		return 0, errors.New("kafka: the Transactor has no changelog (TransactorConfig.Changelog)")
+	}
+	if topic != t.cl.input {
+		return 0, fmt.Errorf("kafka: changelog %q holds the state of topic %q, not %q", t.cl.topic, t.cl.input, topic)
+	}
+	if len(recs) == 0 {
+		return 0, errors.New("kafka: AppendChangelog without records")
+	}
+	w := &appendWaiter{last: -1, done: make(chan struct{})}
+	w.remaining.Store(int64(len(recs)))
+	defer t.untrack(w)
+	if err := t.sendChangelog(ctx, partition, recs, w); err != nil {
+		return 0, err
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("kafka: changelog %s/%d: waiting for acknowledgements: %w: %w", t.cl.topic, partition, chain.ErrTransaction, ctx.Err())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return 0, fmt.Errorf("kafka: changelog %s/%d: append: %w", t.cl.topic, partition, w.err)
+	}
+	return w.last + 1, nil
+}
+
+func (t *Transactor) sendChangelog(ctx context.Context, partition int32, recs []chain.ChangelogRecord, w *appendWaiter) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return fmt.Errorf("kafka: changelog %s: %w", t.cl.topic, ErrProducerClosed)
+	}
+	if err := t.beginLocked(); err != nil {
+		return err
+	}
+	t.track(w, func(err error) { w.ack(-1, err) })
+	for i := range recs {
+		m := &sarama.ProducerMessage{Topic: t.cl.topic, Partition: partition, Key: sarama.ByteEncoder(recs[i].Key), Metadata: w}
+		if recs[i].Value != nil {
+			m.Value = sarama.ByteEncoder(recs[i].Value)
+		}
+		select {
+		case t.ap.Input() <- m:
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: changelog %s/%d: append: not handed over: %w: %w", t.cl.topic, partition, chain.ErrTransaction, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Commit implements chain.Transactor: the offsets are added to the
+// transaction in the name of each partition's group member (its session's
+// generation and member id, read now), then the transaction commits.
+func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrProducerClosed
+	}
+	if !t.open && len(offsets) == 0 {
+		return nil
+	}
+	if err := t.beginLocked(); err != nil {
+		return err
+	}
+	type key struct {
+		group      string
+		generation int32
+		member     string
+	}
+	byMember := map[key]map[string][]*sarama.PartitionOffsetMetadata{}
+	metas := map[key]*sarama.ConsumerGroupMetadata{}
+	for _, o := range offsets {
+		pc, ok := o.Committer.(*partitionCommitter)
+		if !ok {
+			return fmt.Errorf("kafka: offsets of %s/%d: the committer (%T) is not a Run's: a Transactor commits the offsets of partitions kafka.Run assigned", o.Topic, o.Partition, o.Committer)
+		}
+		gm := &sarama.ConsumerGroupMetadata{GroupID: pc.o.group, GenerationID: sarama.GroupGenerationUndefined}
+		if pc.m != nil {
+			gm.GenerationID, gm.MemberID = pc.m.GenerationID(), pc.m.MemberID()
+			if id := pc.o.client.Config().Consumer.Group.InstanceId; id != "" {
+				gm.GroupInstanceID = &id
+			}
+		}
+		k := key{gm.GroupID, gm.GenerationID, gm.MemberID}
+		if byMember[k] == nil {
+			byMember[k] = map[string][]*sarama.PartitionOffsetMetadata{}
+			metas[k] = gm
+		}
+		md := o.Metadata
+		byMember[k][o.Topic] = append(byMember[k][o.Topic], &sarama.PartitionOffsetMetadata{
+			Partition: o.Partition, Offset: o.Offset, LeaderEpoch: -1, Metadata: &md})
+	}
+	for k, offs := range byMember {
+		if err := t.ap.AddOffsetsToTxnWithGroupMetadata(offs, metas[k]); err != nil {
+			return fmt.Errorf("kafka: add offsets to the transaction (group %q, generation %d): %w", k.group, k.generation, err)
+		}
+	}
+	if err := t.ap.CommitTxn(); err != nil {
+		return fmt.Errorf("kafka: commit transaction: %w", err)
+	}
+	// Committed: whatever ctx says now, the chain must not abort it.
+	t.txMu.Lock()
+	t.open = false
+	t.txMu.Unlock()
+	return nil
+}
+
+// Abort implements chain.Transactor: it aborts the open transaction, or —
+// when sarama's producer can no longer (fenced, a fatal error, an abort
+// that failed) — replaces the producer session: closing it and initialising
+// the transactional id again aborts whatever it left open.
+func (t *Transactor) Abort(context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrProducerClosed
+	}
+	if t.ap == nil {
+		if err := t.startProducer(); err != nil {
+			return fmt.Errorf("kafka: new transactional producer session: %w", explainTxn(err))
+		}
+		return nil
+	}
+	st := t.ap.TxnStatus()
+	if st&sarama.ProducerTxnFlagFatalError == 0 {
+		if !t.open && st&sarama.ProducerTxnFlagInError == 0 {
+			return nil
+		}
+		err := t.ap.AbortTxn()
+		if err == nil {
+			t.open = false
+			return nil
+		}
+		t.log.Warn("aborting the transaction failed; starting a new producer session", "err", err, "fenced", IsFenced(err))
+	} else {
+		t.log.Warn("the transactional producer is fenced or failed for good; starting a new producer session (it fences any other producer with this transactional id)",
+			"status", st.String())
+	}
+	t.retire()
+	if err := t.startProducer(); err != nil {
+		// The next send fails and the chain aborts again (with backoff),
+		// and this tries again.
+		return fmt.Errorf("kafka: new transactional producer session: %w", explainTxn(err))
+	}
+	return nil
+}
+
+// Close aborts a transaction left open (a Run that stopped cleanly has
+// committed or aborted everything) and closes the producer and its client.
+// Idempotent.
+func (t *Transactor) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	if t.open && t.ap != nil {
+		if err := t.ap.AbortTxn(); err != nil {
+			t.log.Warn("aborting the open transaction at close", "err", err)
+		}
+	}
+	t.stopProducer()
+	t.retired.Wait()
+	return t.client.Close()
+}
