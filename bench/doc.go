@@ -1,79 +1,125 @@
-// Package bench measures the chain engine against the design it replaces,
-// micro-batching (DESIGN §6), on the same broker, input, processors,
-// decoder, state store, producer and worker cap, and checks in every run
-// that both produce exactly what the reference model prescribes. The CLI's
-// `differential bench` calls Run and prints Report.WriteTable; its flags map
-// one to one to Options.
+// Package bench measures the chain engine against two micro-batch
+// baselines on the same broker, input, processors, decoder, state store,
+// producer and worker cap, in steady state, and checks in every reported
+// run that each design produces exactly what the reference model
+// prescribes. The CLI's `differential bench` calls Run and prints
+// Report.WriteTable; its flags map one to one to Options.
 //
-// # What runs
-//
-// For every measured point (a workload at a partition count P and worker
-// cap W) Run generates the input with internal/workload (seeded; the
-// generator's parameters are printed with every result), writes it to a
-// fresh topic (workload.Writer, on internal/cluster's broker) — each record
-// at its workload partition and offset, with its
-// workload timestamp (the decoder's clock-skew rule reads it) and its cost
-// in the header CostHeader ("bench-cost-us") — and runs, one after another
-// (alternating chain, micro-batch, chain, … with Repeats > 1; the median
-// run by throughput is reported):
+// # The designs
 //
 //   - chain: attribution.NewChainWith through kafka.Run (its own sarama
-//     clients), every stage with KeyConcurrency = W, the followers' gate
-//     scope Options.Gate (key by default), the store (Pebble in a fresh
-//     directory, or memory), kafka.NewProducer, output and dead-letter
-//     topics of its own, a fresh consumer group; for A and C also the same
-//     chain with the other gate scope (the rows chain/key and
-//     chain/partition; Options.OneGate skips it);
-//   - microbatch: the baseline (package bench/microbatch): a sarama consumer group
-//     with its own client polls up to BatchSize records (or until
-//     BatchLinger after the first), round-robin across partitions; then for
-//     each stage in chain order a pool of W workers processes the batch's
-//     records of that stage, each partition's in offset order, Sequence
-//     before Process with StreamTime computed over valid records as the
-//     engine does; it waits for the outputs' acknowledgements, persists
-//     every partition's state with PartitionStore.Checkpoint and commits.
-//     Same processors, decoder, store type, producer, dead letters
-//     (chain.DeadLetter), retry policy (chain.RetryPolicy) and eviction rule
-//     (chain.EvictBefore). To produce the reference model's
-//     outputs it applies the engine's event-time gate at batch boundaries
-//     (records a follower stage would process before its leader's watermark
-//     passes them wait for the next batch; IdleTimeout releases them), which
-//     costs it almost nothing;
-//   - microbatch_key (MicroBatchKeyOrder): the same with per-key instead of
-//     per-partition order, to show how much of the gap is key parallelism.
+//     clients: the commits go in the background on a client of their own),
+//     every stage with KeyConcurrency = W, checkpoints and commits every
+//     CommitInterval per partition, the store (Pebble in a fresh directory,
+//     or memory), kafka.NewProducer, output and dead-letter topics of its
+//     own, a fresh consumer group. Each chain variant (chainVariant) is a row
+//     of its own; the first is the headline's. The gate scope (issue #13)
+//     is one: A and C measure the chain under Options.Gate (key by
+//     default: the headline) and, unless OneGate, under the other scope,
+//     each against its own ordering bound (Bound.KeyOrderTime or
+//     ChainOrderTime). The targets of issue #13 stand against DESIGN §6,
+//     as set; against the strongest micro-batch, issue #18's restate them.
+//   - the strongest micro-batch (microbatch_strongest, the headline's
+//     baseline): package bench/microbatch with per-key order (Sequence in
+//     offset order per partition, then each key's records as one task), no
+//     linger (a poll returns what has arrived, as Kafka's poll does), all
+//     partitions' checkpoints of a batch in one synced Pebble batch
+//     (store.CheckpointAll), its commits in the background on a client of
+//     its own (as the chain's), and the batch size of its best run in a
+//     sweep over SweepBatchSizes made in the same run (workloads A and B;
+//     C uses A's choice).
+//   - DESIGN §6's micro-batch (microbatch_design6, the design the engine
+//     replaces, as the seeds compared it): per-partition order, BatchSize
+//     (500, Kafka's max.poll.records default) records or BatchLinger
+//     (100ms), one checkpoint (one sync) per partition after another, the
+//     commit synchronous on the consumer group's client.
 //
-// The cap W is the same for both: every stage's processor is wrapped so
-// that it takes a slot of one semaphore of size W (per run, shared by all
+// Both micro-batches (package bench/microbatch): a sarama consumer group
+// polls up to the batch size, round-robin across partitions; then for each
+// stage in chain order a pool of W workers processes the batch's records of
+// that stage and waits; it waits for the outputs' acknowledgements,
+// checkpoints the state and commits. Same processors, decoder, store type,
+// producer, dead letters (chain.DeadLetter), retry policy
+// (chain.RetryPolicy) and eviction rule (chain.EvictBefore). To produce the
+// reference model's outputs it applies the engine's event-time gate at
+// batch boundaries (records a follower stage would process before its
+// leader's watermark passes them wait for the next batch; IdleTimeout
+// releases them).
+//
+// The cap W is the same for all: every stage's processor is wrapped so that
+// it takes a slot of one semaphore of size W (per run, shared by all
 // partitions and stages) around the simulated cost and the processor. The
-// cost is a timer wait (I/O-like: no CPU) of the record's header value.
+// cost is a timer wait (I/O-like: no CPU) of the record's header value
+// (CostHeader).
 //
 // Workloads: A, I/O-bound and skewed — Zipf users (s=1.1) over 10,000 keys,
 // half of the journeys on users of 2 hot partitions, log-normal costs with
-// median CostMedian (1ms) and p99/p50 = 50; B, the same input with no cost
-// (attribution logic only); C, A over P × W in {4, 16, 64}² (Quick: the
-// diagonal). B also measures the ceilings: a plain sarama consumer group
-// reading every partition and doing nothing ("raw"), the one-stage no-op
-// chain (a cheap decoder, no store, no producer) on a larger input of the
-// same shape (3 runs each, alternating, median), and the polling fallback:
+// median CostMedian (1ms) and p99/p50 = 50; B, the same stream with no cost
+// (attribution logic only); C, A over P × W in {4, 16, 64}² (Quick: P=W=16).
+// B also measures the ceilings: a plain sarama consumer group reading every
+// partition and doing nothing ("raw"), the one-stage no-op chain (a cheap
+// decoder, no store, no producer), on one input of 300,000 records (or
+// the whole stream if shorter; 3 runs each, alternating, median; they keep
+// no state, so the
+// steady-state rule below is for the designs), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
 // fall out of the buffer and poll Kafka themselves. With Options.Velocity,
 // B's throughput phase also runs the chain with the attribution chain's
-// velocity stage after the plain chain in every repeat, checked like the
-// others (alerts included), and reports its throughput ratio and added CPU
-// and elapsed time per record (velocity.go).
+// velocity stage after the plain chain in every repeat, on the plain
+// chain's input, checked like the others (alerts included), and reports
+// its throughput ratio and added CPU and elapsed time per record
+// (velocity.go).
+//
+// # Steady state: inputs sized by time
+//
+// Each point's input is a stream (stream.go): internal/workload generates
+// a log whose event-time span grows with its record count (50,000 records
+// per 21 days, so a user's state within the 7-day lookback does not grow
+// with the input), and the records with timestamps in [Start+10d,
+// Start+Span−10d) are kept, each partition's offsets renumbered from 0:
+// the raw log's start is nearly all clicks (of journeys whose installs
+// come later) and its end nearly all purchases, the kept part has the same
+// mix all along. So every prefix of the stream is the same workload, only
+// longer.
+//
+// Every design run (each chain variant, each baseline, each sweep size)
+// consumes a prefix of the stream, written to a topic of its own, sized by
+// its own throughput:
+//
+//	records = ladder(throughput × Duration × 1.25 + batch size)
+//
+// where ladder rounds up to 1000·√2^k (runs of similar speed share an
+// input) and the first guess comes from the chain's throughput (the chain's
+// own from W ÷ mean cost, or 40,000 rec/s without costs). A run shorter
+// than Duration, or a chain run whose busiest partition paid fewer than 10
+// checkpoints or with fewer than 10 commits acknowledged, only sizes the next run (at least one ladder step longer; it
+// is neither reported nor checked). Duration defaults to 12.5 ×
+// CommitInterval and must be at least 10 × CommitInterval; CommitInterval
+// is 200ms (the engine's default is 1s: a shorter interval costs the chain
+// more checkpoints, not fewer), so every chain run pays at least ten
+// checkpoints and commits of every partition that is busy throughout. The
+// report gives, for every run, the synced checkpoint writes (the chain's:
+// one per partition and interval; DESIGN §6's: one per partition and
+// batch; the strongest's: one per batch), the busiest partition's
+// checkpoints and the acknowledged commits, all counted inside the
+// measured window. With Options.Records every run has that many records
+// instead, and shorter runs are reported as not steady.
 //
 // # How it measures
 //
-// Throughput phase (the input is in the topic before the design starts):
+// Throughput (the input is in the topic before the design starts):
 //
 //	throughput  = records ÷ (time the last record is complete − time the first is consumed)
 //
-// where consumed = the design's first Decode call, and a record is complete
-// when every stage has processed or skipped it and its outputs (and dead
-// letter) are acknowledged by Kafka: for the chain, when the last stage's
-// position (chain.Observer.Advanced) passes it (positions move only over
-// completed records, DESIGN I1 and I5); for the micro-batch, when its batch's
+// where consumed = the design's first Decode call (the consumer group's
+// join is before it), and a record is complete when every stage has
+// processed or skipped it and its outputs (and dead letter) are
+// acknowledged by Kafka: for the chain, when the last stage's position
+// (chain.Observer.Advanced) passes it (positions move only over completed
+// records, DESIGN I1 and I5); for a micro-batch, when its batch's
 // acknowledgements are in (before that batch's checkpoint and commit).
+// That span is the measured window. The hot partitions finish last, so
+// this is the rate of a stream with the input's partition mix.
 //
 //	cpu_s        = process user+system CPU time (getrusage) from the design's start to its completion
 //	peak_heap_mb = max of runtime/metrics /gc/heap/live:bytes, sampled every 20ms
@@ -83,76 +129,113 @@
 // broker and the topics it holds; the comparison is between designs on the
 // same broker.
 //
-//	bound.time  = max(total cost ÷ W, longest key×stage chain)
-//	efficiency  = bound.time ÷ measured time  (= throughput ÷ records/bound.time)
+// # Bounds and the limit
 //
-// computed from the workload's own cost draws over the records a processor
-// runs for (valid, not duplicates, per reference.Run). The longest
-// key×stage chain is the largest sum of costs of one key within one stage:
-// those records must run one after another in any correct design (same key,
-// same stage, read-modify-write of the same state). A key's stages may
-// overlap, so its all-stage sum (bound.longest_key) is not a bound.
-// bound.chain_order_path is the critical path under the chain's own rules
-// (a follower begins offset o only when its leader has completed every
+// Computed from each input's own cost draws over the records a processor
+// runs for (valid, not duplicates, per reference.Run):
+//
+//	pipelined bound  = max(total cost ÷ W, longest key×stage chain)
+//	chain-order      = max(total cost ÷ W, critical path under the chain's rules)
+//	micro-batch(n)   = Σ over batches of n Σ over stages max(stage cost ÷ W, longest task)
+//	efficiency       = bound ÷ measured time
+//
+// The longest key×stage chain is the largest sum of costs of one key within
+// one stage: those records must run one after another in any correct design
+// (same key, same stage, read-modify-write of the same state); a key's
+// stages may overlap, so its all-stage sum (bound.longest_key) is not a
+// bound. The critical path under the chain's rules (Bound.ChainOrderPath)
+// lets a follower begin offset o only when its leader has completed every
 // offset below it and its watermark passed t+Lateness, or it is idle; one
-// key's records of a stage in order), with unlimited workers and no
-// overhead; bound.key_order_path is the same under the key-scoped gate (a
-// follower record of key u waits only for its leader's records of u at
-// offsets ≤ o and, when processed, below q(t+Lateness); it lies between
-// the longest key×stage chain and chain_order_path). efficiency_chain_order
-// = max(total cost ÷ W, the path of the run's own gate scope) ÷ measured
-// time separates what the ordering rules cost from engine overhead.
-// wait_overshoot is how much longer the timers waited than the costs asked
-// (the runtime's timer granularity, ~1ms on a busy machine).
+// key's records of a stage in order; unlimited workers, no overhead;
+// Bound.KeyOrderPath is the same under the key-scoped gate (a follower
+// record of key u waits only for its leader's records of u at offsets ≤ o
+// and, when processed, below q(t+Lateness); it lies between the longest
+// key×stage chain and ChainOrderPath). A chain run's "of own bound" is
+// against the path of its own gate scope. The micro-batch bound (stagedTime) takes batches of n round-robin across the
+// partitions with records left, as the baseline's poll does on a backlog;
+// a task is one key's records of the stage (key order) or one partition's
+// (DESIGN §6); a stage begins when the batch's previous stage ended, a
+// batch when the previous batch ended; it ignores the few records the gate
+// holds for the next batch. n = 0 is one batch of everything: no batch
+// barrier left, the stages still one after another.
 //
-// Latency phase: the same input is fed to a fresh, empty topic per design:
-// its first fifth at once (consumed as a backlog and not measured — the
-// log's start is mostly clicks of journeys whose installs come later), then,
-// once the design has completed those, the following records open loop (a
-// schedule that never waits for the consumer) at LatencyLoad (0.5) × the
-// slower design's measured throughput, for LatencyDuration and then up to
-// one more second that is not measured (a log's last records wait for the
-// idle release; a stream never ends).
+// Each run reports "efficiency" (of the pipelined bound, which any correct
+// design is under) and "of own bound" (the chain: chain-order; a
+// micro-batch: micro-batch(n) with its order). The limit, on the chain's
+// input: if both reached their bounds, the chain would win
+//
+//	max win           = pipelined rate ÷ micro-batch(n*, key order) rate
+//	max win any batch = pipelined rate ÷ micro-batch(0, key order) rate
+//
+// against the strongest (batch n*) and against a key-parallel micro-batch
+// of any batch size: what is left to win against a key-parallel
+// micro-batch with large batches is pipelining across stages and no
+// per-batch barrier. wait_overshoot is how much longer the cost timers
+// waited than asked (the runtime's timer granularity; more on a busy
+// machine).
+//
+// # The sweep
+//
+// The strongest micro-batch runs once per size in SweepBatchSizes (500,
+// 2000, 8000, 32000), in order, each sized by time like every run; a size
+// whose one batch would last longer than 2 × Duration at the best
+// throughput so far is skipped and reported as such (its batches would
+// hold a run of one or two batches, and its latency would be seconds; the
+// micro-batch(0) bound says what any larger size could reach at most). The
+// best run is the strongest micro-batch.
+//
+// # Latency
+//
+// One latency phase per comparison (the chain and the strongest, the chain
+// and DESIGN §6): a prefix of the stream is fed to a fresh, empty topic per
+// design: one second's worth at once (consumed as a backlog and not
+// measured: the designs start up), then, once the design has completed
+// those, the following records open loop (a schedule that never waits for
+// the consumer) at LatencyLoad (0.5) × the slower design's throughput of
+// that comparison, for LatencyDuration and then up to one more second that
+// is not measured (a log's last records wait for the idle release; a
+// stream never ends).
 //
 //	latency = time Kafka acknowledged the output − time its input was handed to the producer
 //
 // for every output of a measured input, the output found by its source
 // header (attribution.SourceHeader) in the producer's done callback (one
-// wrapper, ackProducer, for both designs). The input's Kafka timestamp is
+// wrapper, ackProducer, for all designs). The input's Kafka timestamp is
 // not used because it carries the workload's event-time semantics.
 // floor_p50_ms/floor_p99_ms are the least latencies the event-time gate
 // allows at that load (waiting for a later event time on the partition, or
-// IdleTimeout of silence), plus the record's cost: neither design can go
-// below them, in either gate scope (the key scope still waits until a later
-// event time is read). The table "latency p99 beside the event-time floor"
-// sets every design's p99 beside them, per point.
+// IdleTimeout of silence), plus the record's cost: no design can go below
+// them.
 //
-// # Correctness (every run, both phases)
+// # Correctness (every reported run)
 //
 // Each design's output and dead-letter topics are read back and compared
 // with reference.Run over each partition's log by reference.Check (no
-// duplicates accepted, key order): every output is identified
-// by its source header; one that appears twice is a duplicate, one that is
-// absent is lost, one with other bytes is changed; every key's outputs of a
-// stage must be in offset order; the dead letters must be exactly the
-// invalid records with their original key and value. Any difference fails
-// Run with ErrIncorrect (the CLI exits non-zero). Two designs that each
-// equal the reference equal each other. In the latency phase a partition
-// may pause longer than IdleTimeout while input arrives live; both designs
-// then release the gate (DESIGN §5: idle release trades completeness for
+// duplicates accepted, key order): every output is identified by its
+// source header; one that appears twice is a duplicate, one that is absent
+// is lost, one with other bytes is changed; every key's outputs of a stage
+// must be in offset order; the dead letters must be exactly the invalid
+// records with their original key and value. Any difference fails Run
+// with ErrIncorrect (the CLI exits non-zero). Designs that each equal the
+// reference equal each other. In the latency phase a partition may pause
+// longer than IdleTimeout while input arrives live; every design then
+// releases the gate (DESIGN §5: idle release trades completeness for
 // progress), so content differences there are reported, not failed; loss,
 // duplication and order are checked as everywhere. The raw consumer checks
-// that every offset arrives once, in order.
+// that every offset arrives once, in order. Sizing runs (shorter than
+// Duration) are not reported and not checked.
 //
 // # Reproducing
 //
-// Same seed, options and Go release give the same input and the same
-// bounds. Times depend on the machine: the report prints the broker, Go
-// release, CPUs and every option; CPU contention from other processes shows
-// as lower throughput and larger wait_overshoot. IdleTimeout defaults to
-// 100ms (the engine's own default is 1s) for both designs, so the end of a
-// finite input does not dominate short runs; it also bounds the latency at
-// low per-partition rates.
+// Same seed, options and Go release give the same stream and the same
+// bounds; the prefixes depend on the measured throughputs. Times depend on
+// the machine: the report prints the broker, Go release, CPUs and every
+// option; CPU contention from other processes shows as lower throughput
+// and larger wait_overshoot. IdleTimeout defaults to 100ms (the engine's
+// own default is 1s) for all designs, so the end of an input does not
+// dominate; it also bounds the latency at low per-partition rates. The
+// workload's timestamps are in the past (from 2025-01-01, earlier for a
+// stream that would reach today), so a real broker accepts them.
 //
 // # Heavy keys (HeavyKey)
 //

@@ -115,10 +115,12 @@ func (p *progress) elapsed() time.Duration {
 	return time.Duration(l - f)
 }
 
-// chainObserver feeds progress from the chain's last stage.
+// chainObserver feeds progress from the chain's last stage, and logs
+// commits (ev may be nil).
 type chainObserver struct {
 	p    *progress
 	last int
+	ev   *events
 }
 
 func (o chainObserver) Begin(chain.BeginInfo) {}
@@ -129,7 +131,11 @@ func (o chainObserver) Advanced(_ string, partition int32, stage int, next int64
 	}
 }
 
-func (o chainObserver) Committed(string, int32, int64, string) {}
+func (o chainObserver) Committed(string, int32, int64, string) {
+	if o.ev != nil {
+		o.ev.committed()
+	}
+}
 
 // sample is one point of the completion curve.
 type sample struct {

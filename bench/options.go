@@ -22,38 +22,64 @@ type Options struct {
 	Brokers []string
 	// Workloads to run, any of "A", "B", "C" (see Workloads). Default all.
 	Workloads []string
-	// Records overrides every workload's record count. Default per workload
-	// (A 20,000, B 50,000, C 3,000 per grid point; Quick: 2,000, 5,000, 1,000).
+	// Duration is the least measured duration of every throughput run:
+	// each design run consumes a prefix of the point's stream sized by its
+	// own throughput so that it lasts at least this long (sized by time,
+	// not by a record count). Default 12.5 × CommitInterval (2.5s; Quick
+	// 0.625s); at least 10 × CommitInterval, so that the chain pays ten or
+	// more checkpoints and commits of every busy partition in every run.
+	Duration time.Duration
+	// CommitInterval is the chain's checkpoint and commit interval
+	// (chain.WithCommitInterval) in every run. Default 200ms (Quick 50ms);
+	// the engine's own default is 1s. Shorter costs the chain more
+	// checkpoints, not fewer.
+	CommitInterval time.Duration
+	// Records, when set, fixes the prefix every design run consumes,
+	// instead of sizing it by time; runs shorter than Duration are then
+	// reported as not steady.
 	Records int
 	// Partitions of the input topic of A and B. Default 8. C sweeps its own.
 	Partitions int
 	// Workers is W, the cap on records in processing at once, across all
-	// partitions and stages, for both designs (A and B). Default 64. C sweeps
-	// its own.
+	// partitions and stages, for every design (A and B). Default 64. C
+	// sweeps its own.
 	Workers int
 	// Seed of the workload generator. Default 1.
 	Seed uint64
 	// CostMedian is the median of A's and C's per-record cost (log-normal,
 	// p99/p50 = 50), simulated by waiting. Default 1ms.
 	CostMedian time.Duration
-	// Quick runs small sizes (CI smoke test, under a minute): the same shape
-	// of result, C on its diagonal only.
+	// Quick runs short (CI smoke test): CommitInterval 50ms (so Duration
+	// 0.625s), a two-size sweep, C at P=W=16 only, a 1s latency phase.
 	Quick bool
-	// Repeats runs each design this many times, alternating (chain,
-	// micro-batch, chain, …); the run with the median throughput is
-	// reported. Default 1.
+	// FullGrid runs C over all nine P × W points instead of its diagonal
+	// (P = W).
+	FullGrid bool
+	// Repeats runs the chain and both baselines this many times,
+	// alternating (chain, DESIGN §6, strongest, chain, …); the run with the
+	// median throughput is reported. The sweep runs each size once.
+	// Default 1.
 	Repeats int
 	// JSONPath and SVGPath, when set, receive the JSON report and the SVG
-	// charts.
+	// charts. Their folders are created, and checked writable, before the
+	// run starts.
 	JSONPath string
 	SVGPath  string
 
-	// BatchSize is the micro-batch poll size in records, across all
-	// partitions. Default 500 (Kafka's max.poll.records default).
+	// BatchSize is the DESIGN §6 baseline's poll size in records, across
+	// all partitions. Default 500 (Kafka's max.poll.records default).
 	BatchSize int
-	// BatchLinger is how long a micro-batch poll waits for BatchSize records
-	// after its first one. Default 100ms.
+	// BatchLinger is how long a DESIGN §6 poll waits for BatchSize records
+	// after its first one. Default 100ms. (The strongest micro-batch does
+	// not linger: its poll returns what has arrived, as Kafka's does.)
 	BatchLinger time.Duration
+	// SweepBatchSizes are the batch sizes the strongest micro-batch is
+	// measured at (each once, per workload A and B; C uses A's choice);
+	// the one with the highest throughput is the strongest. A size whose
+	// batch would last longer than 2 × Duration at the throughput measured
+	// so far is skipped (and reported so). Default 500, 2000, 8000, 32000
+	// (Quick: 500, 4000).
+	SweepBatchSizes []int
 	// BufferSize is the chain's handoff buffer per partition
 	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
 	BufferSize int
@@ -73,7 +99,8 @@ type Options struct {
 	// it only matters at the end of the input. Default 100ms.
 	IdleTimeout time.Duration
 	// LatencyLoad is the offered load of the latency phase, as a fraction of
-	// the slower design's measured throughput. Default 0.5.
+	// the slower design's measured throughput in each comparison. Default
+	// 0.5.
 	LatencyLoad float64
 	// LatencyDuration is how long the latency phase feeds the input whose
 	// latency it measures (then up to 1s more, not measured). Default 6s
@@ -82,10 +109,6 @@ type Options struct {
 	// NoLatency skips the latency phase (throughput, CPU, heap and
 	// correctness only).
 	NoLatency bool
-	// MicroBatchKeyOrder also runs, for A and C, a micro-batch variant whose
-	// workers keep only per-key order (not DESIGN §6's per-partition order),
-	// to show how much of the difference is key parallelism.
-	MicroBatchKeyOrder bool
 	// Store is "pebble" (default: store.OpenPebble in a fresh directory
 	// under Dir per design run) or "memory".
 	Store string
@@ -108,6 +131,10 @@ type Options struct {
 // Workloads are the workloads Run knows.
 var Workloads = []string{"A", "B", "C"}
 
+// Defaults returns o with every zero field set to its default (what Run
+// uses).
+func (o Options) Defaults() Options { return o.withDefaults() }
+
 func (o Options) withDefaults() Options {
 	if len(o.Workloads) == 0 {
 		o.Workloads = slices.Clone(Workloads)
@@ -129,6 +156,16 @@ func (o Options) withDefaults() Options {
 	def(&o.Workers, 64)
 	def(&o.Repeats, 1)
 	def(&o.BatchSize, 500)
+	if len(o.SweepBatchSizes) == 0 {
+		o.SweepBatchSizes = []int{500, 2000, 8000, 32000}
+		if o.Quick {
+			o.SweepBatchSizes = []int{500, 4000}
+		}
+	} else {
+		o.SweepBatchSizes = slices.Clone(o.SweepBatchSizes)
+	}
+	slices.Sort(o.SweepBatchSizes)
+	o.SweepBatchSizes = slices.Compact(o.SweepBatchSizes)
 	def(&o.BufferSize, chain.DefaultBufferSize)
 	def(&o.PollingBufferSize, 32)
 	if o.Seed == 0 {
@@ -140,8 +177,11 @@ func (o Options) withDefaults() Options {
 	defDur(&o.Timeout, 10*time.Minute)
 	if o.Quick {
 		defDur(&o.LatencyDuration, time.Second)
+		defDur(&o.CommitInterval, 50*time.Millisecond)
 	}
 	defDur(&o.LatencyDuration, 6*time.Second)
+	defDur(&o.CommitInterval, 200*time.Millisecond)
+	defDur(&o.Duration, o.CommitInterval*25/2)
 	if o.LatencyLoad == 0 {
 		o.LatencyLoad = 0.5
 	}
@@ -173,6 +213,11 @@ func (o Options) validate() error {
 		}
 	}
 	check(o.Records >= 0, "Records must be >= 0, got %d", o.Records)
+	check(o.CommitInterval > 0, "CommitInterval must be > 0, got %v", o.CommitInterval)
+	check(o.Duration >= 10*o.CommitInterval, "Duration must be at least 10 × CommitInterval (%v), so every run holds ten checkpoints; got %v", 10*o.CommitInterval, o.Duration)
+	for _, n := range o.SweepBatchSizes {
+		check(n > 0, "SweepBatchSizes must be > 0, got %d", n)
+	}
 	check(o.Partitions > 0, "Partitions must be > 0, got %d", o.Partitions)
 	check(o.Workers > 0 && o.Workers <= chain.DefaultInFlight, "Workers must be in [1, %d] (the chain's in-flight window), got %d", chain.DefaultInFlight, o.Workers)
 	check(o.Repeats > 0, "Repeats must be > 0, got %d", o.Repeats)
@@ -203,15 +248,14 @@ type point struct {
 	name    string // "A", "B", "C"
 	wc      workload.Config
 	workers int
-	// keyOrder: also run the per-key micro-batch variant.
-	keyOrder bool
-	// gates: also run the chain with the other gate scope.
+	// gates: also measure the chain under the other gate scope (a chain
+	// variant, chainVariants).
 	gates bool
 	// ceiling: also measure the raw consumer, the one-stage no-op chain and
-	// the polling fallback on this point's input.
+	// the polling fallback on this point's stream.
 	ceiling bool
-	// latencyScale scales LatencyDuration (C's nine points use half).
-	latencyScale float64
+	// latency: run the latency phase (A and B; C measures throughput).
+	latency bool
 }
 
 // attributionConfig is the attribution configuration of every run: the
@@ -226,11 +270,11 @@ func attributionConfig() attribution.Config {
 const maxRecordBytes = 16 << 10
 
 // baseWorkload is A's shape: Zipf users over 10,000 keys, half of the
-// journeys on users of 2 hot partitions, log-normal costs.
-func baseWorkload(seed uint64, records, partitions int, cost time.Duration) workload.Config {
+// journeys on users of 2 hot partitions, log-normal costs. Records, Start
+// and Span are set by newStream.
+func baseWorkload(seed uint64, partitions int, cost time.Duration) workload.Config {
 	wc := workload.DefaultConfig()
 	wc.Seed = seed
-	wc.Records = records
 	wc.Partitions = partitions
 	wc.Users = 10_000
 	wc.ZipfS = 1.1
@@ -243,33 +287,21 @@ func baseWorkload(seed uint64, records, partitions int, cost time.Duration) work
 
 // points expands the options into the configurations to measure, in order.
 func (o Options) points() []point {
-	records := func(full, quick int) int {
-		switch {
-		case o.Records > 0:
-			return o.Records
-		case o.Quick:
-			return quick
-		}
-		return full
-	}
 	var pts []point
 	for _, w := range o.Workloads {
 		switch w {
 		case "A":
-			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, records(20_000, 2_000), o.Partitions, o.CostMedian),
-				workers: o.Workers, keyOrder: o.MicroBatchKeyOrder, gates: !o.OneGate, latencyScale: 1})
+			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, o.Partitions, o.CostMedian), workers: o.Workers, gates: !o.OneGate, latency: true})
 		case "B":
-			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, records(50_000, 5_000), o.Partitions, 0),
-				workers: o.Workers, ceiling: true, latencyScale: 1})
+			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, o.Partitions, 0), workers: o.Workers, ceiling: true, latency: true})
 		case "C":
 			sizes := []int{4, 16, 64}
 			for _, p := range sizes {
 				for _, wk := range sizes {
-					if o.Quick && p != wk {
+					if (o.Quick && (p != 16 || wk != 16)) || (!o.FullGrid && p != wk) {
 						continue
 					}
-					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, records(3_000, 1_000), p, o.CostMedian),
-						workers: wk, keyOrder: o.MicroBatchKeyOrder, gates: !o.OneGate, latencyScale: 0.5})
+					pts = append(pts, point{name: "C", wc: baseWorkload(o.Seed, p, o.CostMedian), workers: wk, gates: !o.OneGate})
 				}
 			}
 		}

@@ -5,18 +5,26 @@ import (
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
 
 // The SVG has one row per workload result (C's grid points are summarised
-// in one bar chart): throughput over time in the throughput phase, and the
-// latency CDF of the latency phase, for each design.
+// in one bar chart): throughput over time in the throughput phase, the
+// latency CDFs of both comparisons, and the strongest micro-batch's batch
+// size sweep.
 
 const (
-	panelW, panelH = 520, 260
+	panelW, panelH = 440, 270
 	padL, padR     = 64, 16
 	padT, padB     = 34, 40
+)
+
+const (
+	colorChain     = "#1f77b4"
+	colorStrongest = "#2ca02c"
+	colorDesign6   = "#ff7f0e"
 )
 
 var designColors = []struct {
@@ -24,9 +32,9 @@ var designColors = []struct {
 	color string
 	get   func(*WorkloadResult) *DesignResult
 }{
-	{"chain", "#1f77b4", func(w *WorkloadResult) *DesignResult { return w.Chain }},
-	{"micro-batch", "#ff7f0e", func(w *WorkloadResult) *DesignResult { return w.MicroBatch }},
-	{"micro-batch (key order)", "#2ca02c", func(w *WorkloadResult) *DesignResult { return w.MicroBatchKey }},
+	{"chain", colorChain, func(w *WorkloadResult) *DesignResult { return w.Chain }},
+	{"strongest micro-batch", colorStrongest, func(w *WorkloadResult) *DesignResult { return w.Strongest }},
+	{"DESIGN §6 micro-batch", colorDesign6, func(w *WorkloadResult) *DesignResult { return w.Design6 }},
 }
 
 // WriteSVG draws the charts.
@@ -44,20 +52,22 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	if len(grid) > 0 {
 		n++
 	}
-	width, height := 2*panelW+20, n*(panelH+20)+40
+	width, height := 3*panelW+40, n*(panelH+20)+40
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="22" font-size="14" font-weight="bold">differential bench: chain vs micro-batch (%s, %s)</text>`+"\n", html.EscapeString(r.Broker), r.GoVersion)
+	fmt.Fprintf(&b, `<text x="10" y="22" font-size="14" font-weight="bold">differential bench: the chain against the strongest micro-batch and DESIGN §6's (%s, %s, %d CPUs)</text>`+"\n",
+		html.EscapeString(r.Broker), r.GoVersion, r.CPUs)
 	y := 40
 	for _, wr := range rows {
-		title := fmt.Sprintf("%s: %d records, P=%d, W=%d", wr.Workload, wr.Records, wr.Partitions, wr.Workers)
+		title := fmt.Sprintf("%s: P=%d, W=%d", wr.Workload, wr.Partitions, wr.Workers)
 		throughputPanel(&b, 0, y, title, wr)
 		latencyPanel(&b, panelW+20, y, title, wr)
+		sweepPanel(&b, 2*panelW+40, y, title, wr)
 		y += panelH + 20
 	}
 	if len(grid) > 0 {
-		gridPanel(&b, 0, y, grid)
+		gridPanel(&b, 0, y, 3*panelW+40, grid)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
@@ -104,10 +114,15 @@ func (a axis) grid(b *strings.Builder, xticks, yticks []float64, xfmt, yfmt func
 }
 
 func polyline(b *strings.Builder, a axis, xs, ys []float64, color string) {
+	polylineStyle(b, a, xs, ys, color, "")
+}
+
+// polylineStyle draws a line with extra attributes (e.g. a dash pattern).
+func polylineStyle(b *strings.Builder, a axis, xs, ys []float64, color, attrs string) {
 	if len(xs) == 0 {
 		return
 	}
-	b.WriteString(`<polyline fill="none" stroke-width="1.6" stroke="` + color + `" points="`)
+	b.WriteString(`<polyline fill="none" stroke-width="1.6" stroke="` + color + `" ` + attrs + ` points="`)
 	for i := range xs {
 		fmt.Fprintf(b, "%.1f,%.1f ", a.px(xs[i]), a.py(ys[i]))
 	}
@@ -167,7 +182,7 @@ func throughputPanel(b *strings.Builder, x, y int, title string, wr *WorkloadRes
 		for i := range ts {
 			xmax, ymax = math.Max(xmax, ts[i]), math.Max(ymax, rs[i])
 		}
-		entries = append(entries, [2]string{fmt.Sprintf("%s %.0f rec/s", dc.name, d.ThroughputRPS), dc.color})
+		entries = append(entries, [2]string{fmt.Sprintf("%s %.0f rec/s", shortLabel(d), d.ThroughputRPS), dc.color})
 	}
 	a.xmin, a.xmax, a.ymin, a.ymax = 0, xmax*1.02, 0, ymax*1.1
 	a.grid(b, ticks(0, a.xmax), ticks(0, a.ymax), num, num)
@@ -178,17 +193,47 @@ func throughputPanel(b *strings.Builder, x, y int, title string, wr *WorkloadRes
 	b.WriteString("</g>\n")
 }
 
-func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
-	label := "latency CDF"
-	if wr.LatencyRecords > 0 {
-		label = fmt.Sprintf("latency CDF at %.0f rec/s offered", wr.LatencyRate)
+// shortLabel names a design in a legend.
+func shortLabel(d *DesignResult) string {
+	switch kind(d.Design) {
+	case kindStrongest:
+		return fmt.Sprintf("strongest mb (%d)", d.BatchSize)
+	case kindDesign6:
+		return fmt.Sprintf("§6 mb (%d)", d.BatchSize)
 	}
-	a := frame(b, x, y, panelW, title+" — "+label, "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
+	return designLabel(d)
+}
+
+// latencyPanel draws the latency CDFs: the headline comparison solid, the
+// DESIGN §6 comparison dashed (each at its own offered load).
+func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
+	a := frame(b, x, y, panelW, title+" — latency CDF", "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
+	type curve struct {
+		lat   []time.Duration
+		color string
+		dash  string
+		label string
+	}
+	var curves []curve
+	for _, c := range []struct {
+		cmp   *Comparison
+		base  *DesignResult
+		color string
+		dash  string
+	}{{wr.VsStrongest, wr.Strongest, colorStrongest, ""}, {wr.VsDesign6, wr.Design6, colorDesign6, `stroke-dasharray="5 3"`}} {
+		if c.cmp == nil || c.cmp.Chain == nil || c.cmp.Base == nil || c.base == nil {
+			continue
+		}
+		at := fmt.Sprintf(" @%.0f/s", c.cmp.LatencyRateRPS)
+		curves = append(curves,
+			curve{c.cmp.Chain.latencies, colorChain, c.dash, "chain" + at},
+			curve{c.cmp.Base.latencies, c.color, c.dash, shortLabel(c.base) + at})
+	}
 	lo, hi := math.Inf(1), 0.0
-	for _, dc := range designColors {
-		if d := dc.get(wr); d != nil && len(d.latencies) > 0 {
-			lo = math.Min(lo, ms(d.latencies[0]))
-			hi = math.Max(hi, ms(d.latencies[len(d.latencies)-1]))
+	for _, c := range curves {
+		if len(c.lat) > 0 {
+			lo = math.Min(lo, ms(c.lat[0]))
+			hi = math.Max(hi, ms(c.lat[len(c.lat)-1]))
 		}
 	}
 	if hi == 0 {
@@ -206,23 +251,22 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="4 3"/><text x="%.1f" y="%.1f" text-anchor="end" fill="#666">p99</text>`+"\n",
 		a.x0, a.py(0.99), a.x0+a.w, a.py(0.99), a.x0+a.w-4, a.py(0.99)+12)
 	var entries [][2]string
-	for _, dc := range designColors {
-		d := dc.get(wr)
-		if d == nil || len(d.latencies) == 0 {
+	for _, c := range curves {
+		n := len(c.lat)
+		if n == 0 {
 			continue
 		}
-		n := len(d.latencies)
 		var xs, ys []float64
 		step := max(n/400, 1)
 		for i := 0; i < n; i += step {
-			xs = append(xs, ms(d.latencies[i]))
+			xs = append(xs, ms(c.lat[i]))
 			ys = append(ys, float64(i+1)/float64(n))
 		}
-		xs, ys = append(xs, ms(d.latencies[n-1])), append(ys, 1)
-		polyline(b, a, xs, ys, dc.color)
-		entries = append(entries, [2]string{fmt.Sprintf("%s p50 %s p99 %s", dc.name, durText(quantile(d.latencies, .5)), durText(quantile(d.latencies, .99))), dc.color})
+		xs, ys = append(xs, ms(c.lat[n-1])), append(ys, 1)
+		polylineStyle(b, a, xs, ys, c.color, c.dash)
+		entries = append(entries, [2]string{fmt.Sprintf("%s p99 %s", c.label, durText(quantile(c.lat, .99))), c.color})
 	}
-	if c := wr.Chain; c != nil && c.FloorP99ms != nil {
+	if c := wr.VsStrongest; c != nil && c.FloorP99ms != nil {
 		x := a.px(math.Max(*c.FloorP99ms, lo))
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2 2"/>`+"\n", x, a.y0, x, a.y0+a.h)
 		entries = append(entries, [2]string{fmt.Sprintf("gate floor p99 %.1fms (dotted)", *c.FloorP99ms), "#999"})
@@ -231,8 +275,61 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 	b.WriteString("</g>\n")
 }
 
-func gridPanel(b *strings.Builder, x, y int, grid []*WorkloadResult) {
-	a := frame(b, x, y, 2*panelW+20, "C: throughput over partitions × workers", "", "records/s")
+// sweepPanel draws the strongest micro-batch's throughput over its batch
+// size, with its bound at each size (dashed), and the chain's and DESIGN
+// §6's throughput as horizontal lines.
+func sweepPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
+	a := frame(b, x, y, panelW, title+" — micro-batch sweep", "batch size (records, log scale)", "records/s")
+	var xs, ys, bx, by []float64
+	for _, sp := range wr.Sweep {
+		if sp.Result == nil {
+			continue
+		}
+		xs, ys = append(xs, float64(sp.BatchSize)), append(ys, sp.Result.ThroughputRPS)
+		if e := sp.Result.EfficiencyOwn; e != nil && *e > 0 {
+			bx, by = append(bx, float64(sp.BatchSize)), append(by, sp.Result.ThroughputRPS / *e)
+		}
+	}
+	if len(xs) == 0 || wr.Chain == nil {
+		fmt.Fprintf(b, `<text x="%.0f" y="%.0f">no sweep</text></g>`+"\n", a.x0+20, a.y0+40)
+		return
+	}
+	ymax := wr.Chain.ThroughputRPS
+	for _, v := range append(slices.Clone(ys), by...) {
+		ymax = math.Max(ymax, v)
+	}
+	lo := math.Pow(10, math.Floor(math.Log10(xs[0])))
+	hi := math.Pow(10, math.Ceil(math.Log10(xs[len(xs)-1]*1.01)))
+	a.xmin, a.xmax, a.ymin, a.ymax, a.logX = lo, hi, 0, ymax*1.15, true
+	var xt []float64
+	for v := lo; v <= hi*1.001; v *= 10 {
+		xt = append(xt, v)
+	}
+	a.grid(b, xt, ticks(0, a.ymax), num, num)
+	hline := func(v float64, color, attrs string) {
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.6" %s/>`+"\n", a.x0, a.py(v), a.x0+a.w, a.py(v), color, attrs)
+	}
+	entries := [][2]string{{fmt.Sprintf("chain %.0f rec/s", wr.Chain.ThroughputRPS), colorChain}}
+	hline(wr.Chain.ThroughputRPS, colorChain, "")
+	if d := wr.Design6; d != nil {
+		hline(d.ThroughputRPS, colorDesign6, "")
+		entries = append(entries, [2]string{fmt.Sprintf("§6 mb (%d) %.0f rec/s", d.BatchSize, d.ThroughputRPS), colorDesign6})
+	}
+	polyline(b, a, xs, ys, colorStrongest)
+	for i := range xs {
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`, a.px(xs[i]), a.py(ys[i]), colorStrongest)
+	}
+	entries = append(entries, [2]string{"strongest micro-batch", colorStrongest})
+	if len(bx) > 0 {
+		polylineStyle(b, a, bx, by, colorStrongest, `stroke-dasharray="5 3"`)
+		entries = append(entries, [2]string{"its bound (dashed)", colorStrongest})
+	}
+	legend(b, a, entries, false)
+	b.WriteString("</g>\n")
+}
+
+func gridPanel(b *strings.Builder, x, y, width int, grid []*WorkloadResult) {
+	a := frame(b, x, y, width, "C: throughput over partitions × workers", "", "records/s")
 	ymax := 1.0
 	for _, w := range grid {
 		for _, dc := range designColors {
@@ -260,7 +357,9 @@ func gridPanel(b *strings.Builder, x, y int, grid []*WorkloadResult) {
 			k++
 		}
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">P=%d W=%d</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+14, w.Partitions, w.Workers)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">chain ÷ mb %.1fx</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+28, w.RatioThroughput)
+		if c := w.VsStrongest; c != nil {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%.1f× strongest</text>`+"\n", a.px(float64(i)+0.5), a.y0+a.h+28, c.Throughput)
+		}
 	}
 	legend(b, a, entries, false)
 	b.WriteString("</g>\n")

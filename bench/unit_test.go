@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/store"
 )
 
 // referenceTopics turns the expectation into the topics a correct design
@@ -44,7 +46,8 @@ func referenceTopics(e *expectation) (outs, dlq map[int32][]*sarama.ConsumerMess
 
 func smallExpectation(t *testing.T) *expectation {
 	t.Helper()
-	wc := baseWorkload(3, 3000, 3, time.Millisecond)
+	wc := baseWorkload(3, 3, time.Millisecond)
+	wc.Records = 3000
 	return newExpectation(workload.Generate(wc), 3, 8, attributionConfig(), 100*time.Millisecond)
 }
 
@@ -152,35 +155,204 @@ func TestQuantile(t *testing.T) {
 	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
 }
 
+// TestStagedTime works a two-partition log by hand: the bound is, per
+// batch and stage, max(cost ÷ W, longest task), summed; tasks are keys with
+// key order and partitions without.
+func TestStagedTime(t *testing.T) {
+	ms := time.Millisecond
+	r := func(stage int, key string, cost time.Duration) pathRecord {
+		return pathRecord{valid: true, stage: stage, key: key, cost: cost}
+	}
+	paths := [][]pathRecord{
+		{r(0, "u", 4*ms), r(0, "v", 2*ms), r(1, "u", 3*ms), {valid: false, stage: -1}},
+		{r(0, "w", 6*ms), {valid: true, dup: true, stage: 1, key: "w", cost: 9 * ms}, r(2, "w", 1*ms)},
+	}
+	// One batch, key order, W=2: clicks u4 v2 w6 → max(12/2, 6) = 6;
+	// installs u3 → 3 (the duplicate costs nothing); purchases w1 → 1.
+	require.Equal(t, 10*ms, stagedTime(paths, 0, 2, true))
+	// Partition order: clicks p0 4+2=6, p1 6 → max(12/2, 6) = 6; the same.
+	require.Equal(t, 10*ms, stagedTime(paths, 0, 2, false))
+	// W=1: clicks 12, installs 3, purchases 1.
+	require.Equal(t, 16*ms, stagedTime(paths, 0, 1, true))
+	// Batches of 2, round-robin: {p0 u4, p1 w6} → 6; {p0 v2, p1 dup} → 2;
+	// {p0 u3 install, p1 w1 purchase} → 3 + 1; {p0 invalid} → 0. Barriers
+	// add up: 12 > 10.
+	require.Equal(t, 12*ms, stagedTime(paths, 2, 2, true))
+	// Per-partition order serialises a partition's records of a stage:
+	// one batch of partition p0's two clicks at W=64 takes 4+2.
+	one := [][]pathRecord{{r(0, "u", 4*ms), r(0, "v", 2*ms)}}
+	require.Equal(t, 6*ms, stagedTime(one, 0, 64, false))
+	require.Equal(t, 4*ms, stagedTime(one, 0, 64, true))
+}
+
+// TestStagedBoundsOfAWorkload: on a generated input the micro-batch bounds
+// are never below the pipelined bound, bigger batches never cost more
+// barriers than one batch of everything saves, and per-partition order is
+// never faster than per-key order.
+func TestStagedBoundsOfAWorkload(t *testing.T) {
+	e := smallExpectation(t)
+	b := e.bound
+	all := e.stagedTime(0, true)
+	require.GreaterOrEqual(t, all, b.Time)
+	for _, n := range []int{100, 500, 2000} {
+		require.GreaterOrEqual(t, e.stagedTime(n, true), all, "batch %d", n)
+		require.GreaterOrEqual(t, e.stagedTime(n, false), e.stagedTime(n, true), "batch %d", n)
+	}
+}
+
+func TestLadderAndSizing(t *testing.T) {
+	require.Equal(t, 1000, ladder(0))
+	require.Equal(t, 1000, ladder(1000))
+	require.Equal(t, 1410, ladder(1001))
+	require.Equal(t, 2000, ladder(1900))
+	require.Equal(t, 16000, ladder(15000))
+	o := Options{Quick: false}.withDefaults()
+	require.Equal(t, 2500*time.Millisecond, o.Duration)
+	require.Equal(t, 200*time.Millisecond, o.CommitInterval)
+	// 10,000 rec/s for 2.5s with a 25% margin, plus a batch of 500.
+	n := o.sizeFor(10_000, 500)
+	require.GreaterOrEqual(t, float64(n), 10_000*2.5*1.25+500)
+	require.Less(t, float64(n), (10_000*2.5*1.25+500)*1.42)
+	require.Error(t, Options{Duration: time.Second, CommitInterval: 200 * time.Millisecond}.withDefaults().validate(),
+		"a run shorter than ten checkpoint intervals is refused")
+}
+
+// TestStreamIsSteady: the stream keeps the records produced in its steady
+// part, every partition's offsets numbered from 0 in order, and its event
+// times spread over a span that grows with the record count (so the
+// records per day, and the state a user keeps, stay the same).
+func TestStreamIsSteady(t *testing.T) {
+	small, big := newStream(baseWorkload(1, 4, 0), 2000), newStream(baseWorkload(1, 4, 0), 60_000)
+	for _, s := range []*stream{small, big} {
+		next := make([]int64, 4)
+		for _, r := range s.recs {
+			require.Equal(t, next[r.Partition], r.Offset)
+			next[r.Partition]++
+			require.False(t, r.Timestamp.Before(s.from))
+			require.True(t, r.Timestamp.Before(s.to))
+			require.True(t, r.Timestamp.Before(time.Now()), "a real broker accepts every timestamp")
+		}
+		perDay := float64(len(s.recs)) / (s.to.Sub(s.from).Hours() / 24)
+		require.InDelta(t, streamDensity, perDay, streamDensity*0.25, "records per day of the steady part")
+	}
+	require.GreaterOrEqual(t, len(big.recs), 60_000)
+	require.Greater(t, big.to.Sub(big.from), 2*small.to.Sub(small.from))
+
+	// The same mix of clicks, installs and purchases all along: its first
+	// and last fifths are alike (the raw log's start is nearly all clicks).
+	mix := func(recs []workload.Record) map[string]float64 {
+		m := map[string]float64{}
+		for _, r := range recs {
+			m[strings.SplitN(r.Kind, "/", 2)[0]] += 1 / float64(len(recs))
+		}
+		return m
+	}
+	n := len(big.recs)
+	first, last := mix(big.recs[:n/5]), mix(big.recs[n-n/5:])
+	for _, k := range []string{"click", "install", "purchase"} {
+		require.InDelta(t, first[k], last[k], 0.03, "%s share: first fifth %.3f, last fifth %.3f", k, first[k], last[k])
+	}
+	raw := baseWorkload(1, 4, 0)
+	raw.Records, raw.Start, raw.Span = 20_000, streamStart, 21*day
+	rawMix := mix(workload.Generate(raw)[:4000])
+	require.Greater(t, rawMix["click"]-first["click"], 0.1, "the raw log's start is mostly clicks: what the cut removes")
+}
+
+func TestEventsWindow(t *testing.T) {
+	e := &events{syncs: []syncEvent{{10, []int32{0}}, {20, []int32{0, 1}}, {30, []int32{1}}, {40, []int32{0}}},
+		commits: []int64{15, 25, 45}}
+	syncs, commits, most, fewest := e.window(15, 35, 3)
+	require.Equal(t, 2, syncs)
+	require.Equal(t, 2, commits) // at 15 and 25
+	require.Equal(t, 2, most)    // partition 1: at 20 and 30
+	require.Equal(t, 0, fewest)
+}
+
 // TestWriteSVG draws a synthetic report: every panel kind, well formed.
 func TestWriteSVG(t *testing.T) {
-	mk := func(rps float64, lat ...time.Duration) *DesignResult {
-		p50, p99 := 10.0, 90.0
-		d := &DesignResult{ThroughputRPS: rps, P50ms: &p50, P99ms: &p99, latencies: lat}
+	mk := func(k kind, rps float64) *DesignResult {
+		d := &DesignResult{Design: string(k), ThroughputRPS: rps, BatchSize: 500}
 		for i := range 50 {
 			d.series = append(d.series, seriesPoint{t: float64(i) * 0.02, done: int64(i) * int64(rps) / 50})
 		}
 		return d
 	}
+	lat := func(p99 float64, l ...time.Duration) *LatencyResult {
+		return &LatencyResult{P99ms: &p99, latencies: l}
+	}
 	floor := 50.0
 	rep := &Report{Broker: "test", GoVersion: "go"}
-	a := WorkloadResult{Workload: "A", Records: 100, Partitions: 8, Workers: 64, LatencyRecords: 10, LatencyRate: 5,
-		Chain: mk(1000, time.Millisecond, 20*time.Millisecond), MicroBatch: mk(100, 100*time.Millisecond, 300*time.Millisecond), RatioThroughput: 10}
-	a.Chain.FloorP99ms = &floor
+	a := WorkloadResult{Workload: "A", Partitions: 8, Workers: 64,
+		Chain: mk(kindChain, 1000), Strongest: mk(kindStrongest, 400), Design6: mk(kindDesign6, 100)}
+	eff := 0.5
+	a.Strongest.EfficiencyOwn = &eff
+	a.Sweep = []SweepPoint{{BatchSize: 500, Result: a.Strongest, Chosen: true}, {BatchSize: 2000, Result: mk(kindStrongest, 300)}, {BatchSize: 8000, Skipped: "too long"}}
+	a.VsStrongest = &Comparison{LatencyRateRPS: 200, Chain: lat(20, time.Millisecond, 20*time.Millisecond), Base: lat(300, 100*time.Millisecond, 300*time.Millisecond), FloorP99ms: &floor}
+	a.VsDesign6 = &Comparison{LatencyRateRPS: 50, Chain: lat(20, time.Millisecond, 20*time.Millisecond), Base: lat(900, 200*time.Millisecond, 900*time.Millisecond)}
 	rep.Workloads = append(rep.Workloads, a)
 	for _, p := range []int{4, 16, 64} {
 		for _, w := range []int{4, 16, 64} {
 			rep.Workloads = append(rep.Workloads, WorkloadResult{Workload: "C", Partitions: p, Workers: w,
-				Chain: mk(float64(p * w)), MicroBatch: mk(float64(p)), RatioThroughput: float64(w)})
+				Chain: mk(kindChain, float64(p*w)), Strongest: mk(kindStrongest, float64(p*2)), Design6: mk(kindDesign6, float64(p)),
+				VsStrongest: &Comparison{Throughput: float64(w)}})
 		}
 	}
 	var b strings.Builder
 	require.NoError(t, rep.WriteSVG(&b))
 	svg := b.String()
 	require.True(t, strings.HasPrefix(svg, "<svg") && strings.HasSuffix(svg, "</svg>\n"))
-	require.Equal(t, 4, strings.Count(svg, "<polyline"), "two throughput curves and two CDFs")
+	require.Equal(t, 3+4+2, strings.Count(svg, "<polyline"), "three throughput curves, four CDFs, the sweep and its bound")
 	require.Contains(t, svg, "P=64 W=64")
+	require.Contains(t, svg, "stroke-dasharray=\"5 3\"")
 	if path := os.Getenv("BENCH_SVG_OUT"); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(svg), 0o644))
 	}
+}
+
+// TestCountingStoreKeepsTheChangelog: the chain's store wrapper counts
+// checkpoints, plain or prepared, and still lets a chain follow a changelog
+// (a chain variant may).
+func TestCountingStoreKeepsTheChangelog(t *testing.T) {
+	ev := &events{}
+	ps, err := countingStore{store.NewMemory(), ev}.OpenPartition("t", 3, []string{"a"})
+	require.NoError(t, err)
+	cs, ok := ps.(chain.ChangelogStore)
+	require.True(t, ok)
+	require.NoError(t, cs.Checkpoint([]commit.Checkpoint{{Stage: "a", Next: 1}}, time.Time{}))
+	pc, err := cs.PrepareCheckpoint([]commit.Checkpoint{{Stage: "a", Next: 2}}, time.Time{})
+	require.NoError(t, err)
+	require.NoError(t, pc.Commit(7))
+	syncs, _, most, _ := ev.window(0, time.Now().UnixNano(), 4)
+	require.Equal(t, 2, syncs)
+	require.Equal(t, 2, most)
+}
+
+// TestTargetAboveTheLimitIsQualified: a throughput ratio above what the
+// bounds allow (the baseline ran further below its bound than the chain)
+// is reported with a note saying so, not as a plain MET.
+func TestTargetAboveTheLimitIsQualified(t *testing.T) {
+	eff := func(f float64) *float64 { return &f }
+	w := WorkloadResult{Workload: "A",
+		Chain:       &DesignResult{Steady: true, EfficiencyOwn: eff(0.72)},
+		Strongest:   &DesignResult{Steady: true, EfficiencyOwn: eff(0.57)},
+		Design6:     &DesignResult{Steady: true},
+		VsStrongest: &Comparison{Throughput: 3.62},
+		Limit:       &Limit{MaxWin: 2.90},
+	}
+	find := func(ts []Target) Target {
+		for _, tg := range ts {
+			if strings.HasPrefix(tg.Name, "A: chain ÷ strongest micro-batch throughput") {
+				return tg
+			}
+		}
+		t.Fatal("no A strongest throughput target")
+		return Target{}
+	}
+	tg := find(targets([]WorkloadResult{w}))
+	require.True(t, tg.Met)
+	require.Contains(t, tg.Note, "above the 2.90× the bounds allow")
+	require.Contains(t, tg.Note, "0.57")
+
+	w.VsStrongest.Throughput = 2.5
+	require.Empty(t, find(targets([]WorkloadResult{w})).Note)
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/window"
 )
@@ -13,8 +12,8 @@ import (
 // The velocity measurement (Options.Velocity): on workload B, the chain with
 // the attribution chain's velocity stage (click → velocity → install →
 // purchase, attribution.DefaultVelocity(Velocity): threshold 20) runs in the
-// throughput phase right after the plain chain, on the same input, each
-// repeat; its outputs and alerts are checked against the model with the
+// throughput phase right after the plain chain, on the same input (the
+// plain chain's prefix, sized by time), each repeat; its outputs and alerts are checked against the model with the
 // velocity rule. The report gives its throughput ÷ the plain chain's and the
 // stage's cost per input record: the difference of the two runs' CPU time
 // and of their elapsed times, divided by the records.
@@ -49,20 +48,20 @@ func velocitySettings(v attribution.VelocityConfig) string {
 		window.FormatDuration(v.Bucket), window.FormatDuration(v.Lateness), v.Threshold)
 }
 
-// velocitySpec returns the run of the velocity chain for point pt over the
-// input topic, or nil when it is not measured there (only B, only with
-// Options.Velocity).
-func (h *harness) velocitySpec(pt point, topic string, recs []workload.Record) (*runSpec, *VelocityResult) {
+// velocitySpec returns the run of the velocity chain for point pt over
+// the input (the plain chain's), or nil when it is not measured there (only
+// B, only with Options.Velocity).
+func (h *harness) velocitySpec(pt point, in *input) (*runSpec, *VelocityResult) {
 	if pt.name != "B" || h.o.Velocity <= 0 {
 		return nil, nil
 	}
 	cfg := velocityConfig(h.cfg, h.o.Velocity)
-	exp := newExpectation(recs, pt.wc.Partitions, pt.workers, cfg, h.o.IdleTimeout)
+	exp := newExpectation(in.recs, pt.wc.Partitions, pt.workers, cfg, h.o.IdleTimeout)
 	alerts := 0
 	for _, r := range exp.model.Results() {
 		alerts += len(r.Alerts)
 	}
-	return &runSpec{kind: kindVelocity, pt: pt, topic: topic, exp: exp, cfg: &cfg},
+	return &runSpec{kind: kindVelocity, pt: pt, topic: in.topic, ends: in.ends, exp: exp, cfg: &cfg},
 		&VelocityResult{Settings: velocitySettings(cfg.Velocity), Alerts: alerts}
 }
 
@@ -81,7 +80,7 @@ func (v *VelocityResult) write(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "  chain + velocity stage (%s): %.0f rec/s, %.2fs, cpu %.2fs, heap %.1f MB, %d alerts, %s",
-		v.Settings, v.Chain.ThroughputRPS, v.Chain.Elapsed, v.Chain.CPUs, v.Chain.PeakHeapMB, v.Alerts, correctText(v.Chain))
+		v.Settings, v.Chain.ThroughputRPS, v.Chain.Elapsed, v.Chain.CPUs, v.Chain.PeakHeapMB, v.Alerts, correctText(v.Chain.Correctness))
 	if v.RatioThroughput != nil {
 		fmt.Fprintf(w, "; ÷ chain %.2f, %+.1f µs CPU and %+.1f µs elapsed per record", *v.RatioThroughput, v.CPUPerRecordUs, v.WallPerRecordUs)
 	}

@@ -27,6 +27,27 @@ type expectation struct {
 	// gate maps each output's input to the offset whose arrival lets any
 	// design process it (see gateOf).
 	gate map[source]gate
+	// paths is what the bounds need of every record, per partition.
+	paths [][]pathRecord
+	// staged caches stagedTime by (batch size, key order).
+	staged map[stagedKey]time.Duration
+}
+
+type stagedKey struct {
+	batch    int
+	keyOrder bool
+}
+
+// stagedTime is the micro-batch bound of the expectation's input with
+// batches of n records (0: one batch of everything): see stagedTime.
+func (e *expectation) stagedTime(n int, keyOrder bool) time.Duration {
+	k := stagedKey{n, keyOrder}
+	if d, ok := e.staged[k]; ok {
+		return d
+	}
+	d := stagedTime(e.paths, n, e.bound.Workers, keyOrder)
+	e.staged[k] = d
+	return d
 }
 
 // gate is when an output can be produced at the earliest: an install or
@@ -110,6 +131,8 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		outputs: map[source]reference.Output{},
 		invalid: map[source]bool{},
 		gate:    map[source]gate{},
+		paths:   make([][]pathRecord, partitions),
+		staged:  map[stagedKey]time.Duration{},
 	}
 	type keyStage struct{ key, stage string }
 	chains := map[keyStage]time.Duration{}
@@ -157,6 +180,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 			chains[keyStage{string(r.Key), ev.Type}] += c
 			keys[string(r.Key)] += c
 		}
+		e.paths[p] = path
 		e.bound.ChainOrderPath = max(e.bound.ChainOrderPath, chainOrderPath(path, cfg.Lateness, idle))
 		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
 		e.gateOf(int32(p), path, cfg.Lateness)
@@ -258,6 +282,76 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 		prev, cur = cur, prev
 	}
 	return prev[n-1]
+}
+
+// stagedTime is the least time a micro-batch of batch size n (0: one batch
+// of everything) needs for the partitions' logs with W workers and no
+// overhead: batches are taken round-robin across the partitions that have
+// records left, one record at a time (the baseline's poll on a backlog);
+// within a batch, stage after stage (click, install, purchase), the stage's
+// processed records run as tasks — one per key (keyOrder), else one per
+// partition (DESIGN §6) — each task's records one after another, on W
+// workers; a stage begins when the batch's previous stage ended, a batch
+// when the previous batch ended. A stage of a batch takes at least
+// max(its total cost ÷ W, its longest task), so
+//
+//	stagedTime = Σ over batches Σ over stages max(cost ÷ W, longest task)
+//
+// It ignores the records the event-time gate holds for the next batch (a
+// few per partition and batch).
+func stagedTime(paths [][]pathRecord, n, workers int, keyOrder bool) time.Duration {
+	total := 0
+	for _, p := range paths {
+		total += len(p)
+	}
+	if n <= 0 {
+		n = total
+	}
+	next := make([]int, len(paths))
+	var sum time.Duration
+	type group struct {
+		key  string
+		part int
+	}
+	var cost [3]time.Duration
+	var tasks [3]map[group]time.Duration
+	for k := range tasks {
+		tasks[k] = map[group]time.Duration{}
+	}
+	for taken := 0; taken < total; {
+		for k := range tasks {
+			cost[k] = 0
+			clear(tasks[k])
+		}
+		for b := 0; b < n && taken < total; {
+			for p := range paths {
+				if b >= n || next[p] >= len(paths[p]) {
+					continue
+				}
+				r := &paths[p][next[p]]
+				next[p]++
+				b++
+				taken++
+				if !r.valid || r.dup || r.stage < 0 {
+					continue
+				}
+				g := group{part: p}
+				if keyOrder {
+					g = group{key: r.key}
+				}
+				cost[r.stage] += r.cost
+				tasks[r.stage][g] += r.cost
+			}
+		}
+		for k := range tasks {
+			longest := time.Duration(0)
+			for _, c := range tasks[k] {
+				longest = max(longest, c)
+			}
+			sum += max(cost[k]/time.Duration(workers), longest)
+		}
+	}
+	return sum
 }
 
 // Correctness is the comparison of one design run's output and dead-letter

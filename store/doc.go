@@ -70,6 +70,14 @@
 // If a batch fails to commit nothing changes: the writes stay pending and
 // the next Checkpoint persists them.
 //
+// CheckpointAll persists several partitions' checkpoints (of one DB or
+// Memory) in one synced batch: each partition's part is exactly what its
+// own Checkpoint would write, and all parts are persisted or none (one
+// part that cannot be prepared aborts the group; every write stays
+// pending). One write and one sync instead of one per partition: the
+// benchmark's micro-batch baseline checkpoints every partition of a batch
+// with it.
+//
 // # Eviction
 //
 // Set takes an expiry (zero time: none; times before 1970 count as already

@@ -227,6 +227,12 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 // prepare builds the batch of a checkpoint (and, with records, its changelog
 // records) and returns it holding ckpt: commit or abort releases it.
 func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time, records bool) (*prepared, error) {
+	return p.prepareIn(cps, evictBefore, records, p.be.newBatch)
+}
+
+// prepareIn is prepare building the checkpoint in the batch newBatch
+// returns (CheckpointAll's recording batch, or the backend's own).
+func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Time, records bool, newBatch func() batch) (*prepared, error) {
 	if err := p.checkCheckpoints(cps); err != nil {
 		return nil, p.err("checkpoint", err)
 	}
@@ -247,7 +253,7 @@ func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time,
 	p.mu.Unlock()
 
 	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
-	pc.b = p.be.newBatch()
+	pc.b = newBatch()
 	p.writeFlushed(pc.b, p.ckpt.flushed, pc)
 	pc.ev = expiryNanos(evictBefore)
 	evicted, complete, err := p.evict(pc.b, p.ckpt.flushed, pc.ev)
@@ -271,8 +277,20 @@ func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time,
 // commit writes the prepared batch with the changelog offset (noChangelog:
 // the offset is deleted) and updates the in-memory state; it releases ckpt.
 func (pc *prepared) commit(changelogOffset int64) error {
-	p := pc.p
 	defer pc.release()
+	pc.seal(changelogOffset)
+	if err := pc.b.commit(); err != nil {
+		// Nothing was applied and nothing was removed from the pending
+		// lists: a retry persists the same writes.
+		return pc.p.err("checkpoint", err)
+	}
+	pc.applied()
+	return nil
+}
+
+// seal adds the changelog offset (noChangelog: its deletion) to the batch.
+func (pc *prepared) seal(changelogOffset int64) {
+	p := pc.p
 	kb := changelogKey(p.ckpt.kbuf[:0], p.ks)
 	if changelogOffset == noChangelog {
 		pc.b.del(kb)
@@ -280,18 +298,17 @@ func (pc *prepared) commit(changelogOffset int64) error {
 		pc.b.set(kb, encodeChangelogOffset(changelogOffset))
 	}
 	p.ckpt.kbuf = kb
-	if err := pc.b.commit(); err != nil {
-		// Nothing was applied and nothing was removed from the pending
-		// lists: a retry persists the same writes.
-		return p.err("checkpoint", err)
-	}
+}
+
+// applied updates the in-memory state once the batch is persisted.
+func (pc *prepared) applied() {
+	p := pc.p
 	p.advanceEvictedThrough(p.ckpt.flushed, pc.ev, pc.complete)
 	p.mu.Lock()
 	p.persistedLocked(pc.cps, pc.evicted)
 	stale := p.newGenLocked()
 	p.mu.Unlock()
 	closeIters(stale)
-	return nil
 }
 
 // newGenLocked bumps the generation (the backend changed under keys that

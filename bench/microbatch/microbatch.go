@@ -16,6 +16,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/kafka"
+	"github.com/differential-dev/differential/store"
 )
 
 // Config configures a Baseline. Brokers, Topic, Group, Stages, Decoder and
@@ -43,12 +44,31 @@ type Config struct {
 	// Lateness and IdleTimeout are the chain's gate settings, applied at
 	// batch boundaries (see Baseline).
 	Lateness, IdleTimeout time.Duration
-	// BatchSize and BatchLinger bound one poll; Workers is the pool size.
+	// BatchSize and BatchLinger bound one poll (BatchLinger 0: a poll
+	// returns what has arrived, as Kafka's poll does); Workers is the pool
+	// size.
 	BatchSize   int
 	BatchLinger time.Duration
 	Workers     int
 	// KeyOrder keeps per-key instead of per-partition order.
 	KeyOrder bool
+	// AsyncCommit commits in the background on a client of its own (as the
+	// chain does): the batch loop hands the batch's offsets over and goes
+	// on; a commit in flight is followed by one for the latest offsets.
+	// Without it the loop commits synchronously on the consumer group's
+	// client (sarama's session Commit), whose connection also carries the
+	// fetches.
+	AsyncCommit bool
+	// GroupCheckpoint persists every partition of a batch in one synced
+	// batch (store.CheckpointAll; Store must be a package store DB or
+	// Memory). Without it each partition's PartitionStore.Checkpoint is
+	// called in turn, one sync each.
+	GroupCheckpoint bool
+	// Checkpointed, when set, is called after each synced checkpoint write
+	// with the partitions it covered; Committed after each commit Kafka
+	// acknowledged, with its number of partitions.
+	Checkpointed func(partitions []int32)
+	Committed    func(partitions int)
 	// Retry is the retry policy of failing records (the chain's).
 	Retry  chain.RetryPolicy
 	Logger *slog.Logger
@@ -77,6 +97,11 @@ func (m *Baseline) Batches() int64 { return m.batches.Load() }
 // IdleReleases is how many times a partition's held records were released
 // because it received nothing for IdleTimeout.
 func (m *Baseline) IdleReleases() int64 { return m.release.Load() }
+
+// Syncs is how many synced checkpoint writes the baseline made; Commits how
+// many commits Kafka acknowledged.
+func (m *Baseline) Syncs() int64   { return m.syncs.Load() }
+func (m *Baseline) Commits() int64 { return m.commits.Load() }
 
 // Baseline is the micro-batch design of DESIGN §6, the design the chain
 // replaces:
@@ -129,7 +154,12 @@ type Baseline struct {
 	claims           map[int32]sarama.ConsumerGroupClaim
 	loopErr          chan error
 	batches, release atomic.Int64
+	syncs, commits   atomic.Int64
 	stop             context.CancelCauseFunc
+	// committer is the background committer of the current session
+	// (AsyncCommit); commitClient its client, shared by sessions.
+	committer    *committer
+	commitClient sarama.Client
 }
 
 // mbPartition is one assigned partition's state in the baseline.
@@ -166,6 +196,16 @@ func (m *Baseline) Run(ctx context.Context) error {
 	cfg := *m.cfg.Sarama
 	cfg.ClientID = "differential-bench-microbatch"
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	if m.cfg.AsyncCommit {
+		cc := cfg
+		cc.ClientID = "differential-bench-microbatch-commit"
+		client, err := sarama.NewClient(m.cfg.Brokers, &cc)
+		if err != nil {
+			return fmt.Errorf("microbatch: commit client: %w", err)
+		}
+		defer func() { _ = client.Close() }()
+		m.commitClient = client
+	}
 	group, err := sarama.NewConsumerGroup(m.cfg.Brokers, m.cfg.Group, &cfg)
 	if err != nil {
 		return fmt.Errorf("microbatch: consumer group: %w", err)
@@ -222,6 +262,9 @@ func (m *Baseline) Setup(sess sarama.ConsumerGroupSession) error {
 	}
 	m.notify = make(chan struct{}, 1)
 	m.loopErr = make(chan error, 1)
+	if m.cfg.AsyncCommit {
+		m.committer = newCommitter(m, sess)
+	}
 	go func() {
 		err := m.loop(sess)
 		if err != nil {
@@ -235,9 +278,16 @@ func (m *Baseline) Setup(sess sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// Cleanup waits for the batch loop (it finishes the batch in hand).
+// Cleanup waits for the batch loop (it finishes the batch in hand) and,
+// with AsyncCommit, for the commit of the last batch's offsets.
 func (m *Baseline) Cleanup(sarama.ConsumerGroupSession) error {
-	<-m.loopErr
+	err := <-m.loopErr
+	if m.committer != nil {
+		if cerr := m.committer.close(); cerr != nil && err == nil {
+			m.cfg.Logger.Warn("micro-batch final commit failed", "err", cerr)
+		}
+		m.committer = nil
+	}
 	return nil
 }
 
@@ -447,13 +497,25 @@ func (m *Baseline) batch(ctx context.Context, sess sarama.ConsumerGroupSession, 
 			m.cfg.Progress(p.id, p.next)
 		}
 	}
-	for _, s := range shares {
-		if err := m.checkpoint(s.part); err != nil {
-			return err
+	if err := m.checkpoint(shares); err != nil {
+		return err
+	}
+	if m.committer != nil {
+		offs := make(map[int32]int64, len(shares))
+		for _, s := range shares {
+			offs[s.part.id] = s.part.next
 		}
+		m.committer.offer(offs)
+		return nil
+	}
+	for _, s := range shares {
 		sess.MarkOffset(m.cfg.Topic, s.part.id, s.part.next, "")
 	}
 	sess.Commit()
+	m.commits.Add(1)
+	if m.cfg.Committed != nil {
+		m.cfg.Committed(len(shares))
+	}
 	return nil
 }
 
@@ -696,19 +758,45 @@ func (m *Baseline) deadLetter(ctx context.Context, acks *ackWait, k int, ev *cha
 	chain.ProduceDeadLetter(ctx, m.cfg.Producer, msg, acks.done)
 }
 
-// checkpoint persists the partition's state with every stage at its next
-// offset, evicting what the slowest stage's watermark has passed (as the
-// engine's checkpoint does).
-func (m *Baseline) checkpoint(p *mbPartition) error {
-	if p.ps == nil {
+// checkpoint persists the state of the batch's partitions with every stage
+// at its next offset, evicting what the slowest stage's watermark has
+// passed (as the engine's checkpoint does): one partition after another,
+// or, with GroupCheckpoint, all in one synced batch.
+func (m *Baseline) checkpoint(shares []*share) error {
+	if m.cfg.Store == nil {
 		return nil
 	}
-	cps := make([]commit.Checkpoint, len(m.names))
-	for i, n := range m.names {
-		cps[i] = commit.Checkpoint{Stage: n, Next: p.next, Watermark: p.stream}
+	item := func(p *mbPartition) store.PartitionCheckpoint {
+		cps := make([]commit.Checkpoint, len(m.names))
+		for i, n := range m.names {
+			cps[i] = commit.Checkpoint{Stage: n, Next: p.next, Watermark: p.stream}
+		}
+		return store.PartitionCheckpoint{Store: p.ps, Checkpoints: cps, EvictBefore: chain.EvictBefore(unixTime(p.stream))}
 	}
-	if err := p.ps.Checkpoint(cps, chain.EvictBefore(unixTime(p.stream))); err != nil {
-		return fmt.Errorf("microbatch: checkpoint %s/%d: %w", m.cfg.Topic, p.id, err)
+	synced := func(parts ...int32) {
+		m.syncs.Add(1)
+		if m.cfg.Checkpointed != nil {
+			m.cfg.Checkpointed(parts)
+		}
+	}
+	if m.cfg.GroupCheckpoint {
+		items := make([]store.PartitionCheckpoint, len(shares))
+		parts := make([]int32, len(shares))
+		for i, s := range shares {
+			items[i], parts[i] = item(s.part), s.part.id
+		}
+		if err := store.CheckpointAll(items); err != nil {
+			return fmt.Errorf("microbatch: checkpoint %d partitions of %s: %w", len(items), m.cfg.Topic, err)
+		}
+		synced(parts...)
+		return nil
+	}
+	for _, s := range shares {
+		it := item(s.part)
+		if err := it.Store.Checkpoint(it.Checkpoints, it.EvictBefore); err != nil {
+			return fmt.Errorf("microbatch: checkpoint %s/%d: %w", m.cfg.Topic, s.part.id, err)
+		}
+		synced(s.part.id)
 	}
 	return nil
 }

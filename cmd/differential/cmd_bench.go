@@ -5,18 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/differential-dev/differential/bench"
 	"github.com/differential-dev/differential/chain"
 )
 
-const benchSynopsis = `Measures the chain engine against the micro-batch baseline (DESIGN §6) on the
-same broker, input, processors, store and worker cap, and checks every run's
-outputs against the reference model (exit 1 if any design is incorrect).
-Without --brokers it starts an embedded broker. The flags map one to one onto
-bench.Options; 0 or empty means bench's default, given in each flag's help.
-Progress goes to stderr, the report table to stdout.`
+const benchSynopsis = `Measures the chain engine against two micro-batch baselines on the same broker,
+input, processors, store and worker cap: the strongest micro-batch (per-key
+order, no linger, one synced checkpoint batch, background commits, its batch
+size chosen by a sweep in the same run; the headline) and DESIGN §6's (the
+design the engine replaces). A and C measure the chain under --gate (the
+headline) and under the other gate scope (--one-gate: --gate only). Every
+throughput run is sized by time (at least --duration, which holds ten or
+more of the chain's checkpoints and commits), and every run's outputs are
+checked against the reference model (exit 1 if any design is incorrect). Without --brokers it starts an embedded broker. The flags map
+one to one onto bench.Options; 0 or empty means bench's default, given in
+each flag's help. Progress goes to stderr, the report table to stdout.`
 
 // benchCmd is `differential bench`.
 func benchCmd(ctx context.Context, args []string, e *env) error {
@@ -26,27 +32,30 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs := newFlagSet("bench", benchSynopsis, e)
 	fs.Var(listValue{&o.Brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,...]`; empty: an embedded broker")
 	fs.Var(listValue{&workloads}, "workloads", "workloads to run, any of `A,B,C` (default all)")
-	fs.IntVar(&o.Records, "records", 0, "records per workload (default per workload: A 20,000, B 50,000, C 3,000 per point)")
+	fs.Var(durationValue{&o.Duration}, "duration", "least `duration` of every throughput run; inputs are sized by each design's throughput to last it (default 12.5 × --commit-interval: 2.5s; --quick 0.625s)")
+	fs.Var(durationValue{&o.CommitInterval}, "commit-interval", "the chain's checkpoint and commit interval, a `duration` (default 200ms; --quick 50ms)")
+	fs.IntVar(&o.Records, "records", 0, "fix every design run's input to this many records instead of sizing it by time")
 	fs.IntVar(&o.Partitions, "partitions", 0, "input partitions of A and B (default 8)")
 	fs.IntVar(&o.Workers, "workers", 0, "cap W on records in processing at once, both designs (default 64)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "workload seed (default 1)")
 	fs.Var(durationValue{&o.CostMedian}, "cost-median", "median simulated per-record cost of A and C, a `duration` (default 1ms)")
-	fs.BoolVar(&o.Quick, "quick", false, "small sizes (a smoke test, under a minute)")
-	fs.IntVar(&o.Repeats, "repeats", 0, "runs per design, alternating; the median is reported (default 1)")
-	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this `file`")
-	fs.StringVar(&o.SVGPath, "svg", "", "write the SVG charts to this `file`")
-	fs.IntVar(&o.BatchSize, "batch-size", 0, "micro-batch poll size in records (default 500)")
-	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "the `duration` a micro-batch poll waits for a full batch (default 100ms)")
+	fs.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, about a minute)")
+	fs.BoolVar(&o.FullGrid, "full-grid", false, "run workload C over all nine partitions × workers points, not only P = W")
+	fs.IntVar(&o.Repeats, "repeats", 0, "runs of the chain and both baselines, alternating; the median is reported (default 1)")
+	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this `file` (its folder is created)")
+	fs.StringVar(&o.SVGPath, "svg", "", "write the SVG charts to this `file` (its folder is created)")
+	fs.Var(intListValue{&o.SweepBatchSizes}, "sweep", "batch `sizes` the strongest micro-batch is measured at (default 500,2000,8000,32000; --quick 500,4000)")
+	fs.IntVar(&o.BatchSize, "batch-size", 0, "DESIGN §6 baseline: its poll size in records (default 500)")
+	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "DESIGN §6 baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
 	fs.IntVar(&o.BufferSize, "buffer", 0, fmt.Sprintf("the chain's handoff buffer per partition (default %d)", chain.DefaultBufferSize))
 	gate := string(chain.GateKey)
 	fs.Var(enumValue{&gate, gateValues}, "gate", gateUsage)
 	fs.BoolVar(&o.OneGate, "one-gate", false, "measure the chain with --gate only (A and C also measure the other gate scope by default)")
 	fs.IntVar(&o.PollingBufferSize, "polling-buffer", 0, "the tiny buffer of the polling-fallback measurement (default 32)")
 	fs.Var(durationValue{&o.IdleTimeout}, "idle-timeout", "idle release `duration` of both designs (default 100ms)")
-	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "latency-phase load, a fraction of the slower design's throughput (default 0.5)")
+	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "latency-phase load, a fraction of the slower design's throughput in each comparison (default 0.5)")
 	fs.Var(durationValue{&o.LatencyDuration}, "latency-duration", "the `duration` the latency phase feeds input (default 6s; --quick 1s)")
 	fs.BoolVar(&o.NoLatency, "no-latency", false, "skip the latency phase")
-	fs.BoolVar(&o.MicroBatchKeyOrder, "microbatch-key-order", false, "also run the micro-batch with per-key order (A and C)")
 	fs.StringVar(&o.Store, "store", "", "state store: pebble or memory (default pebble)")
 	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble stores (default the system's temporary directory)")
 	fs.Var(durationValue{&o.Timeout}, "timeout", "bound on one design run, a `duration` (default 10m)")
@@ -87,6 +96,9 @@ func checkBenchOptions(o *bench.Options) error {
 			return err
 		}
 	}
+	if d := o.Defaults(); d.Duration < 10*d.CommitInterval {
+		return usagef("--duration (%v) must be at least 10 × --commit-interval (%v): every run holds ten checkpoints", d.Duration, d.CommitInterval)
+	}
 	switch {
 	case o.Records < 0:
 		return usagef("--records must be >= 0, got %d", o.Records)
@@ -104,10 +116,49 @@ func checkBenchOptions(o *bench.Options) error {
 		return usagef("--polling-buffer must be >= 2, got %d", o.PollingBufferSize)
 	case o.LatencyLoad < 0 || o.LatencyLoad > 1:
 		return usagef("--latency-load must be in (0, 1], got %v", o.LatencyLoad)
-	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Velocity < 0:
+	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Duration < 0 || o.CommitInterval < 0 || o.Velocity < 0:
 		return usagef("durations must be >= 0")
+	case slices.ContainsFunc(o.SweepBatchSizes, func(n int) bool { return n <= 0 }):
+		return usagef("--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)
 	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
 		return usagef("--store must be pebble or memory, got %q", o.Store)
 	}
+	// The report's files: their folders are created (a fresh clone has no
+	// bench/results) and checked writable before minutes of measuring.
+	for _, f := range []struct{ flag, path string }{{"json", o.JSONPath}, {"svg", o.SVGPath}} {
+		if err := bench.CheckWritable(f.path); err != nil {
+			return usagef("--%s: %v", f.flag, err)
+		}
+	}
+	return nil
+}
+
+// intListValue is a comma-separated list of integers (batch sizes).
+type intListValue struct{ p *[]int }
+
+func (l intListValue) String() string {
+	if l.p == nil || len(*l.p) == 0 {
+		return ""
+	}
+	parts := make([]string, len(*l.p))
+	for i, n := range *l.p {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l intListValue) Set(s string) error {
+	var out []int
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil {
+			return fmt.Errorf("not a list of integers (e.g. 500,2000): %q", s)
+		}
+		out = append(out, n)
+	}
+	*l.p = out
 	return nil
 }

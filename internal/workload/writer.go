@@ -43,6 +43,10 @@ type Writer struct {
 	start time.Time
 	sent  int
 	acked atomic.Int64
+	// settled counts records acknowledged or failed; settledCh is
+	// signalled at each (Close waits for every record sent to settle).
+	settled   atomic.Int64
+	settledCh chan struct{}
 
 	failed chan struct{} // closed at the first failure
 	once   sync.Once
@@ -72,18 +76,20 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer for brokers %v: %w", cfg.Brokers, err)
 	}
-	w := &Writer{cfg: cfg, ap: ap, start: time.Now(), failed: make(chan struct{}), stop: make(chan struct{})}
+	w := &Writer{cfg: cfg, ap: ap, start: time.Now(), failed: make(chan struct{}), stop: make(chan struct{}), settledCh: make(chan struct{}, 1)}
 	w.wg.Go(func() {
 		for m := range ap.Successes() {
 			w.acked.Add(1)
 			if planned := m.Metadata.(int64); cfg.Exact && m.Offset != planned {
 				w.fail(fmt.Errorf("record %d/%d landed at offset %d of %s: the topic was not empty", m.Partition, planned, m.Offset, cfg.Topic))
 			}
+			w.settle()
 		}
 	})
 	w.wg.Go(func() {
 		for pe := range ap.Errors() {
 			w.fail(fmt.Errorf("produce to %s/%d (record timestamp %s): %w", cfg.Topic, pe.Msg.Partition, pe.Msg.Timestamp.UTC().Format(time.RFC3339), pe.Err))
+			w.settle()
 		}
 	})
 	if cfg.Progress != nil {
@@ -101,6 +107,14 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		})
 	}
 	return w, nil
+}
+
+func (w *Writer) settle() {
+	w.settled.Add(1)
+	select {
+	case w.settledCh <- struct{}{}:
+	default:
+	}
 }
 
 func (w *Writer) fail(err error) {
@@ -139,8 +153,22 @@ func (w *Writer) Send(ctx context.Context, r *Record) error {
 func (w *Writer) Acked() int { return int(w.acked.Load()) }
 
 // Close flushes, waits until every record sent is acknowledged or failed,
-// and returns what was written and the first failure.
+// and returns what was written and the first failure. It closes the
+// producer only then: sarama fails the records it is retrying when it is
+// closed (a real broker answers NOT_LEADER_OR_FOLLOWER to the first
+// produce requests of a topic created a moment before), so closing at once
+// would fail records that the retry would have written.
 func (w *Writer) Close() (Written, error) {
+wait:
+	for w.settled.Load() < int64(w.sent) {
+		select {
+		case <-w.settledCh:
+		case <-w.failed:
+			// A failure ends the write: close now (what is being retried
+			// fails too).
+			break wait
+		}
+	}
 	w.ap.AsyncClose()
 	close(w.stop)
 	w.wg.Wait()

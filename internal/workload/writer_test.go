@@ -7,7 +7,10 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/internal/workload"
 )
@@ -63,4 +66,47 @@ func TestWriteStopsWithItsContext(t *testing.T) {
 	_, err := workload.Write(ctx, workload.WriterConfig{Brokers: b.Addrs(), Sarama: b.Config(), Topic: topic}, workload.Generate(cfg))
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "interrupted after")
+}
+
+// TestCloseWaitsForRetries: a real broker answers NOT_LEADER_OR_FOLLOWER to
+// the first produce requests of a topic created a moment before; sarama
+// retries them, and Close must not close the producer while it does (it
+// would fail the retried records: "producer in process of shutting down").
+// Here the embedded broker refuses the first three produce requests that
+// way.
+func TestCloseWaitsForRetries(t *testing.T) {
+	c, err := embedded.Start(embedded.Topic("t", 2))
+	require.NoError(t, err)
+	defer c.Close()
+	refused := 0
+	c.Fake().ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		if refused == 3 {
+			return nil, nil, false // served as usual from now on
+		}
+		c.Fake().KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.NotLeaderForPartition.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		refused++
+		return resp, nil, true
+	})
+	cfg := small()
+	cfg.Records, cfg.Partitions = 20, 2
+	recs := workload.Generate(cfg)
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	out, err := workload.Write(context.Background(), workload.WriterConfig{Brokers: c.Addrs(), Sarama: sc, Topic: "t", Exact: true}, recs)
+	require.Equal(t, 3, refused, "the first produce requests were refused")
+	require.NoError(t, err)
+	require.Equal(t, len(recs), out.Records)
 }
