@@ -77,6 +77,7 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	case d.work <- j:
 		return nil
 	case <-ctx.Done():
+		j.ev.endSpan(OutcomeDropped, ctx.Err())
 		d.finishKey(j, true)
 		d.s.drop()
 		return ctx.Err()
@@ -124,6 +125,7 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	if drop {
 		for n := q.head; n != nil; {
 			next := n.next
+			n.ev.endSpan(OutcomeDropped, nil)
 			n.ev, n.next = Event{}, nil
 			d.mu.free = append(d.mu.free, n)
 			d.s.drop()

@@ -149,8 +149,10 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	}
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
+	s.startSpan(ev, accept) // before admission: the span's gate wait covers both steps
 	w, err := s.admission(ctx, ev, accept)
 	if err != nil {
+		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	streamBefore := s.stream
@@ -161,6 +163,7 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	}
 	kh := s.p.keyHash(ev.Key)
 	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
+		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	act, reason := actProcess, error(nil)
@@ -173,6 +176,7 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 		switch {
 		case err != nil && IsFatal(err):
 			s.drop()
+			ev.endSpan(OutcomeDropped, err)
 			return s.recordError(ev.Offset, err)
 		case err != nil:
 			act, reason = actDeadLetter, err
@@ -351,16 +355,23 @@ func (g *keyGate) releaseKey(kh uint64) error {
 // by a stop, only by the shutdown timeout (DESIGN "Stopping").
 func (g *keyGate) release(ev *Event, stream int64, kh uint64, act gatedAct, reason error, accept bool, w want, fo, fs int64) error {
 	s := g.s
-	if ob := s.p.c.cfg.observer; ob != nil {
-		ob.Begin(BeginInfo{
+	if ob := s.p.c.cfg.observer; ob != nil || ev.span != nil {
+		b := BeginInfo{
 			Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
 			EventTime: ev.Time, Processing: accept,
 			LeaderNext: fo, LeaderWatermark: unixTime(fs), Idle: w.idle, KeyScope: true,
-		})
+		}
+		if ob != nil {
+			ob.Begin(b)
+		}
+		if ev.span != nil {
+			ev.span.Begun(b)
+		}
 	}
 	switch act {
 	case actSkip:
 		s.skipped.Add(1)
+		ev.endSpan(OutcomeSkipped, nil)
 		s.complete(ev.Offset, kh)
 		return nil
 	case actDeadLetter:
@@ -407,6 +418,7 @@ func (g *keyGate) dropAll() {
 	for kh, q := range g.queues {
 		for r := q.head; r != nil; {
 			next := r.next
+			r.ev.endSpan(OutcomeDropped, nil)
 			g.s.drop()
 			g.size.Add(-1)
 			g.put(r)

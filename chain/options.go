@@ -48,6 +48,7 @@ type config struct {
 	txnMaxWrites    int
 	logger          *slog.Logger
 	observers       []Observer
+	tracer          Tracer
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
 	// completion fans out to the observers that are CompletionObservers;

@@ -43,6 +43,11 @@ type Event struct {
 	Record
 	Decoded
 	Err error
+
+	// span is this stage's span of the record (WithTracer), or nil. Each
+	// stage reads its own copy of the event, so it travels with the record
+	// through the stage (key queues, workers) and no further.
+	span RecordSpan
 }
 
 // Decoder decodes and validates a record. It must be deterministic and safe

@@ -275,8 +275,10 @@ func (s *stageRun) backInBuffer() bool {
 func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
+	s.startSpan(ev, accept)
 	rel, err := s.gate(ctx, ev, accept)
 	if err != nil {
+		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	streamBefore := s.stream
@@ -290,6 +292,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		kh = s.p.keyHash(ev.Key)
 	}
 	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
+		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	// Observed only once the record is really begun: a record the gate let
@@ -311,12 +314,14 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		switch {
 		case err != nil && IsFatal(err):
 			s.drop()
+			ev.endSpan(OutcomeDropped, err)
 			return s.recordError(ev.Offset, err)
 		case err != nil:
 			s.deadLetter(ev, kh, err)
 			return nil
 		case skip:
 			s.skipped.Add(1)
+			ev.endSpan(OutcomeSkipped, nil)
 			s.complete(ev.Offset, kh)
 			return nil
 		}
@@ -419,12 +424,20 @@ type release struct {
 }
 
 func (s *stageRun) observe(ev *Event, processing bool, r release) {
-	if o := s.p.c.cfg.observer; o != nil {
-		o.Begin(BeginInfo{
-			Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
-			EventTime: ev.Time, Processing: processing,
-			LeaderNext: r.leaderNext, LeaderWatermark: unixTime(r.leaderWM), Idle: r.idle,
-		})
+	o := s.p.c.cfg.observer
+	if o == nil && ev.span == nil {
+		return
+	}
+	b := BeginInfo{
+		Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
+		EventTime: ev.Time, Processing: processing,
+		LeaderNext: r.leaderNext, LeaderWatermark: unixTime(r.leaderWM), Idle: r.idle,
+	}
+	if o != nil {
+		o.Begin(b)
+	}
+	if ev.span != nil {
+		ev.span.Begun(b)
 	}
 }
 
@@ -548,6 +561,10 @@ func (s *stageRun) drop() {
 // and nothing of it is produced. process returns an error only when the
 // partition must stop.
 func (s *stageRun) process(pc *Context, ev *Event, stream int64, kh uint64) error {
+	ctx, sp := s.work, ev.span
+	if sp != nil {
+		ctx = sp.Context(ctx) // the processor's own spans are children of the stage's
+	}
 	attempts := 0
 	err := s.retry.Do(s.work, func() error {
 		if attempts > 0 {
@@ -555,17 +572,22 @@ func (s *stageRun) process(pc *Context, ev *Event, stream int64, kh uint64) erro
 		}
 		attempts++
 		pc.reset(ev.Offset, unixTime(stream))
-		return s.st.Processor.Process(s.work, pc, ev)
+		return s.st.Processor.Process(ctx, pc, ev)
 	})
+	if sp != nil {
+		sp.Processed(attempts, len(pc.out), err)
+	}
 	switch {
 	case s.work.Err() != nil:
 		s.drop() // abandoned by the shutdown timeout
+		ev.endSpan(OutcomeDropped, s.work.Err())
 		return nil
 	case err == nil:
 		s.processed.Add(1)
-		return s.emit(pc.out, ev.Offset, kh)
+		return s.emit(pc.out, ev.Offset, kh, sp)
 	case IsFatal(err):
 		s.drop()
+		ev.endSpan(OutcomeDropped, err)
 		return s.recordError(ev.Offset, err)
 	default:
 		s.deadLetter(ev, kh, err)
@@ -577,9 +599,11 @@ func (s *stageRun) recordError(o int64, err error) error {
 	return &RecordError{Stage: s.name, Topic: s.p.topic, Partition: s.p.partition, Offset: o, Err: err}
 }
 
-// emit produces msgs and completes o once all are acknowledged.
-func (s *stageRun) emit(msgs []Message, o int64, kh uint64) error {
+// emit produces msgs and completes o once all are acknowledged; sp is the
+// record's span (nil when untraced), its context put in every output.
+func (s *stageRun) emit(msgs []Message, o int64, kh uint64, sp RecordSpan) error {
 	if len(msgs) == 0 {
+		endSpan(sp, OutcomeCompleted, nil)
 		s.complete(o, kh)
 		return nil
 	}
@@ -588,19 +612,26 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64) error {
 		if msgs[i].Topic == "" {
 			if cfg.outputTopic == "" {
 				s.drop()
-				return s.recordError(o, errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)"))
+				err := errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)")
+				endSpan(sp, OutcomeDropped, err)
+				return s.recordError(o, err)
 			}
 			msgs[i].Topic = cfg.outputTopic
 		}
 	}
 	if cfg.producer == nil {
 		s.drop()
-		return s.recordError(o, errors.New("stage emitted output but the chain has no producer (WithProducer)"))
+		err := errors.New("stage emitted output but the chain has no producer (WithProducer)")
+		endSpan(sp, OutcomeDropped, err)
+		return s.recordError(o, err)
+	}
+	if sp != nil {
+		injectAll(sp, msgs)
 	}
 	if tc := s.p.c.tc; tc != nil {
 		tc.noteOutputs(len(msgs))
 	}
-	cfg.producer.Produce(s.work, msgs, s.acked(o, kh, "produce"))
+	cfg.producer.Produce(s.work, msgs, spanDone(sp, OutcomeCompleted, nil, s.acked(o, kh, "produce")))
 	return nil
 }
 
@@ -635,14 +666,15 @@ func (s *stageRun) deadLetter(ev *Event, kh uint64, reason error) {
 	cfg := &s.p.c.cfg
 	s.p.log.Warn("record dead-lettered", "stage", s.name, "offset", ev.Offset, "reason", reason.Error())
 	if cfg.dlqTopic == "" || cfg.producer == nil {
+		ev.endSpan(OutcomeDeadLettered, reason)
 		s.complete(ev.Offset, kh)
 		return
 	}
-	m := DeadLetter(cfg.dlqTopic, s.name, &ev.Record, reason, cfg.maxDeadLetter)
+	m := DeadLetter(cfg.dlqTopic, s.name, tracedRecord(ev), reason, cfg.maxDeadLetter)
 	if tc := s.p.c.tc; tc != nil {
 		tc.noteOutputs(1)
 	}
-	ProduceDeadLetter(s.work, cfg.producer, m, s.acked(ev.Offset, kh, "produce dead letter"))
+	ProduceDeadLetter(s.work, cfg.producer, m, spanDone(ev.span, OutcomeDeadLettered, reason, s.acked(ev.Offset, kh, "produce dead letter")))
 }
 
 // noteProgress records when the position last moved (for stall detection).

@@ -13,7 +13,10 @@
 // client, and the slog logger, and hands it to kafka.Run; it serves /metrics and
 // /healthz (internal/metricshttp). With --velocity-window (velocityflags.go) the
 // chain has the velocity stage, its alerts go to --alerts and its metrics to the
-// same registry; the demo then also verifies the alerts. produce and demo write
+// same registry; the demo then also verifies the alerts. With --otlp-endpoint
+// (or the standard OTEL_EXPORTER_OTLP_*ENDPOINT variables; tracing.go) the
+// chain gets chainotel's tracer over internal/otelx's OTLP/HTTP provider,
+// flushed at exit. produce and demo write
 // with workload.Write; the demo verifies with reference.Check. It adds no engine
 // behaviour.
 //

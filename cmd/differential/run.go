@@ -91,6 +91,14 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		log.Info("exactly-once: the followers use the partition-scoped gate", "gate", o.gate)
 		o.gate = string(chain.GatePartition)
 	}
+	tracing, stopTracing, err := o.tracing.start(ctx, o.group, log)
+	if err != nil {
+		return err
+	}
+	// Runs before the producer's Close (defers run last first): every
+	// record kafka.Run finished has ended its span by then.
+	defer stopTracing()
+	h.chainOptions = append(append([]chain.Option(nil), h.chainOptions...), tracing...)
 	var out chain.Producer = prod
 	if h.wrapProducer != nil && prod != nil {
 		out = h.wrapProducer(prod)

@@ -42,6 +42,7 @@ type runOptions struct {
 	logLevel       string
 	velocity       velocityOptions
 	sec            securityFlags
+	tracing        tracingFlags
 
 	version  sarama.KafkaVersion // parsed kafkaVersion
 	security kafka.Security      // from sec
@@ -63,6 +64,7 @@ func defaultRunOptions() runOptions {
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
 		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
+		tracing: defaultTracingFlags(),
 	}
 }
 
@@ -110,6 +112,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 	o.velocity.register(fs)
 	o.sec.register(fs)
+	o.tracing.register(fs)
 }
 
 // parseRunOptions reads flags, then the environment and the configuration
@@ -125,6 +128,7 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 		return o, err
 	}
 	o.velocity.noteSet(fs)
+	o.tracing.noteSet(fs, e.lookupEnv)
 	o.alerts = o.velocity.alerts
 	return o, o.validate()
 }
@@ -188,6 +192,9 @@ func (o *runOptions) validate() error {
 		return usagef("--transactional-id is for --guarantee exactly-once")
 	}
 	if err := o.velocity.validate(); err != nil {
+		return err
+	}
+	if err := o.tracing.validate(); err != nil {
 		return err
 	}
 	if o.changelog {
