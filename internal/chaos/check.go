@@ -30,12 +30,14 @@ type Verdict struct {
 }
 
 // ReferenceCheck is the Checker of processors/attribution/reference: every
-// output and dead letter must be the model's, nothing may be missing, each
-// stage's outputs must be in input offset order (the engine runs with
-// strict per-partition order), and repeats must be byte-identical copies
+// output and dead letter must be the model's, nothing may be missing, one
+// key's outputs of a stage must be in input offset order (the attribution
+// chain's default key-scoped gate lets a record of one user pass a record of
+// another that waits for its own clicks, so a stage's outputs are ordered per
+// key, not per partition), and repeats must be byte-identical copies
 // (AtLeastOnce) or absent (ExactlyOnce).
 func ReferenceCheck(inputs [][]chain.Record, cfg attribution.Config, outputs, deadLetters map[int32][]*sarama.ConsumerMessage, g Guarantee) Verdict {
-	o := reference.Options{Duplicates: reference.IdenticalDuplicates, Order: reference.StageOrder}
+	o := reference.Options{Duplicates: reference.IdenticalDuplicates, Order: reference.KeyOrder}
 	if g == ExactlyOnce {
 		o.Duplicates = reference.NoDuplicates
 	}

@@ -9,8 +9,9 @@
 //
 // What a passing scenario guarantees: the input topic holds exactly the
 // workload; every output and dead letter the model prescribes was written,
-// with the model's key and value, and nothing else; each stage's outputs
-// are in input offset order; repeats are byte-identical copies
+// with the model's key and value, and nothing else; one key's outputs of a
+// stage are in input offset order (the key-scoped gate orders per key);
+// repeats are byte-identical copies
 // (AtLeastOnce) or absent (ExactlyOnce); the engine stopped cleanly (exit 0
 // after SIGTERM) with /healthz answering 200; and, for a scenario that
 // stops a partition past the stall timeout (Scenario.ExpectStall: the
