@@ -63,7 +63,9 @@
 // no state, so the
 // steady-state rule below is for the designs), and the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
-// fall out of the buffer and poll Kafka themselves. With Options.Velocity,
+// fall out of the buffer and poll Kafka themselves, on the chain's input
+// (the median chain run's prefix, so the ratio compares the same records).
+// With Options.Velocity,
 // B's throughput phase also runs the chain with the attribution chain's
 // velocity stage after the plain chain in every repeat, on the plain
 // chain's input, checked like the others (alerts included), and reports

@@ -284,7 +284,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		if err := h.ceilings(ctx, pr, wr); err != nil {
 			return wr, err
 		}
-		if wr.PollingChain, err = h.steady(ctx, pr, runSpec{kind: kindPolling}, wr.Chain.ThroughputRPS); err != nil {
+		// On the chain's own input, not a prefix sized by the fallback's
+		// throughput: both runs must read the same records for their ratio
+		// to mean anything (a longer prefix costs more per record — more
+		// records per partition than the buffer holds, more checkpoints).
+		if wr.PollingChain, err = h.measureOn(ctx, pr, runSpec{kind: kindPolling}, wr.Chain.Records, false); err != nil {
 			return wr, err
 		}
 	}
