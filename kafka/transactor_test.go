@@ -146,7 +146,16 @@ func TestExactlyOnceRunMatchesModel(t *testing.T) {
 // outputs stay in the log, invisible to read_committed readers), the member
 // starts a new producer session and restarts its partitions from the last
 // committed cycle, and the result is still every output exactly once.
+//
+// Not under the race detector: sarama v1.61.1's transaction manager writes
+// lastError under its status lock (transitionTo, when a produce fails on the
+// fenced producer) and reads it under another lock (publishTxnPartitions),
+// a race inside sarama that -race reports here. The test runs without -race
+// in CI's real-broker pass and in a plain `go test ./...` (embedded broker).
 func TestFencedTransactorRecovers(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sarama v1.61.1 races on transactionManager.lastError when a transactional producer is fenced (see the comment)")
+	}
 	r := startEOS(t, 6000)
 	select {
 	case <-r.committedOnce:
