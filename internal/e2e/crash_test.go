@@ -141,6 +141,18 @@ func newEnv(t *testing.T, group string, records, users int, seed uint64) *env {
 // since a round under -race on a loaded 2-core machine can take minutes.
 const stuckAfter = 3 * time.Minute
 
+// idleTimeout is the crash tests' idle release: long enough that a fetcher
+// stalled by a loaded machine (GC, two cores shared with brokers and other
+// tests) never releases a follower mid-stream past a leader record not yet
+// fetched — the idle release trades completeness for progress (DESIGN §3),
+// and a 200 ms one made these tests' results timing-dependent in CI (an
+// install attributed to an older click) — and short enough that the input's
+// tail, released only by it, costs the run a few seconds.
+const (
+	idleTimeout  = "5s"
+	idleTimeoutD = 5 * time.Second
+)
+
 // runUntil runs the attribution chain (Pebble state in e.dir) until the last
 // stage's positions add up to target, then crashes it (crash=true) or stops
 // it cleanly. Whatever happens (a failed wait included), the run has
@@ -160,7 +172,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 	pr := newProgress(target)
 	ch, err := attribution.NewChain(e.cfg,
 		chain.WithStore(fs), chain.WithProducer(prod), chain.WithOutputTopic(e.out), chain.WithDLQTopic(e.dlq),
-		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(200*time.Millisecond), chain.WithObserver(pr))
+		chain.WithCommitInterval(50*time.Millisecond), chain.WithIdleTimeout(idleTimeoutD), chain.WithObserver(pr))
 	if err != nil {
 		_ = prod.Close()
 		_ = db.Close()

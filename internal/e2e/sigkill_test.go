@@ -143,7 +143,7 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 	}
 	cmd := exec.Command(bin, "run",
 		"--brokers", strings.Join(e.b.Addrs(), ","), "--topic", e.in, "--output", e.out, "--dlq", e.dlq,
-		"--group", e.group, "--state-dir", e.dir, "--commit-interval", "100ms", "--idle-timeout", "200ms",
+		"--group", e.group, "--state-dir", e.dir, "--commit-interval", "100ms", "--idle-timeout", idleTimeout,
 		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", level)
 	cmd.Args = append(cmd.Args, e.args...)
 	stderr, err := cmd.StderrPipe()
