@@ -55,6 +55,33 @@ func RetryBackoff(n, _ int) time.Duration {
 	return min(100*time.Millisecond<<min(n, 4), time.Second)
 }
 
+// idempotent copies base into the configuration of an idempotent producer
+// on a client of its own: the client id gets suffix, the metrics go to reg
+// (when given), the protocol version is at least minVersion, acks=all with
+// one open request per connection (retries neither duplicate nor reorder),
+// the retry budget at least DefaultProducerRetries, and successes and errors
+// are returned. The Producer and the Transactor both start from it.
+func idempotent(base *sarama.Config, suffix string, reg metrics.Registry, minVersion sarama.KafkaVersion) sarama.Config {
+	sc := *base
+	if sc.ClientID == "" || sc.ClientID == "sarama" {
+		sc.ClientID = "differential"
+	}
+	sc.ClientID += suffix
+	if reg != nil {
+		sc.MetricRegistry = reg
+	}
+	if !sc.Version.IsAtLeast(minVersion) {
+		sc.Version = minVersion
+	}
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	return sc
+}
+
 func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	if len(c.Brokers) == 0 {
 		return nil, errors.New("kafka: ProducerConfig.Brokers is empty: name at least one bootstrap broker as host:port")
@@ -63,26 +90,10 @@ func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := *base
-	if sc.ClientID == "" || sc.ClientID == "sarama" {
-		sc.ClientID = "differential"
-	}
-	sc.ClientID += "-producer"
-	if c.Registry != nil {
-		sc.MetricRegistry = c.Registry
-	}
-	if !sc.Version.IsAtLeast(sarama.V0_11_0_0) {
-		sc.Version = sarama.V0_11_0_0 // idempotence and headers need it
-	}
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
+	sc := idempotent(base, "-producer", c.Registry, sarama.V0_11_0_0) // idempotence and headers need 0.11
 	if sc.Producer.Retry.BackoffFunc == nil {
 		sc.Producer.Retry.BackoffFunc = RetryBackoff
 	}
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka: sarama producer configuration: %w", err)
 	}

@@ -80,24 +80,8 @@ func (c *TransactorConfig) saramaConfig() (*sarama.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := *base
-	if sc.ClientID == "" || sc.ClientID == "sarama" {
-		sc.ClientID = "differential"
-	}
-	sc.ClientID += "-transactions"
-	if c.Registry != nil {
-		sc.MetricRegistry = c.Registry
-	}
-	if !sc.Version.IsAtLeast(sarama.V2_5_0_0) {
-		// TxnOffsetCommit v3 carries the member's generation (KIP-447).
-		sc.Version = sarama.V2_5_0_0
-	}
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
+	// TxnOffsetCommit v3 carries the member's generation (KIP-447): 2.5.
+	sc := idempotent(base, "-transactions", c.Registry, sarama.V2_5_0_0)
 	sc.Producer.Transaction.ID = c.TransactionalID
 	sc.Producer.Transaction.Timeout = DefaultTransactionTimeout
 	if c.Timeout > 0 {
