@@ -2,9 +2,7 @@ package chain
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
-	"io"
 	"math"
 	"runtime"
 	"sync/atomic"
@@ -113,32 +111,7 @@ func (s *stageRun) loopKeyed(ctx context.Context) error {
 // admitAll reads and admits records until ctx ends or the claim ends (nil)
 // or a fatal error.
 func (s *stageRun) admitAll(ctx context.Context) error {
-	for {
-		batch, err := s.read(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		for i := range batch {
-			ev := &batch[i]
-			if ev.Offset < s.cursor {
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if err := s.admitKeyed(ctx, ev); err != nil {
-				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-					return nil // stopped while waiting: the record was not begun
-				}
-				return err
-			}
-			s.cursor = ev.Offset + 1
-		}
-		clear(batch)
-	}
+	return s.eachRecord(ctx, s.admitKeyed)
 }
 
 // admitKeyed admits one record (see keyGate) and offers it to the gate.

@@ -154,6 +154,14 @@ func (s *stageRun) loop(ctx context.Context) error {
 		return s.loopKeyed(ctx)
 	}
 	defer s.closePoller()
+	return s.eachRecord(ctx, s.handle)
+}
+
+// eachRecord reads the stage's records from its cursor on and passes each to
+// do, in offset order, until ctx ends or the claim ends (nil) or do fails
+// for another reason than the stop. A record do was stopped on (its error
+// is ctx's) was not begun: the cursor stays at it.
+func (s *stageRun) eachRecord(ctx context.Context, do func(context.Context, *Event) error) error {
 	for {
 		batch, err := s.read(ctx)
 		if err != nil {
@@ -170,7 +178,7 @@ func (s *stageRun) loop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err := s.handle(ctx, ev); err != nil {
+			if err := do(ctx, ev); err != nil {
 				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 					return nil // stopped while waiting: nothing was begun
 				}
