@@ -354,8 +354,14 @@ func TestKeyGateSlowKeyDoesNotHoldOtherKeys(t *testing.T) {
 // SIGTERM path) with records waiting in the key gates, restarts them, and
 // checks every record was processed exactly once per stage across both
 // runs and the final commit covers exactly what completed: the drain runs
-// the gated records to the end (DESIGN I6).
-func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
+// the gated records to the end (DESIGN I6). In exactly-once mode
+// (TestExactlyOnceKeyGateCleanStopRepeatsNothing) cycles run all along —
+// each pausing the stages while records wait in the key gates — and the
+// stop commits the final cycle: read_committed readers see every output
+// exactly once.
+func TestKeyGateCleanStopRepeatsNothing(t *testing.T) { testKeyGateCleanStop(t, false) }
+
+func testKeyGateCleanStop(t *testing.T, eos bool) {
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -374,7 +380,11 @@ func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
 				gates := [3]chain.GateScope{"", chain.GateKey, chain.GateKey}
 				tt := chaintest.New(t, keyedStages(r, true, 4+int(seed%2)*4, cost, gates), testDecoder,
 					chain.WithOffsetDistance(3), chain.WithLateness(time.Second), chain.WithObserver(obs),
-					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64))
+					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64), chain.WithCommitInterval(2*time.Millisecond))
+				var x *chaintest.Transactor
+				if eos {
+					x = tt.UseTransactions()
+				}
 				if seed%4 >= 2 {
 					tt.SetAckMode(chaintest.AckAsync)
 				}
@@ -413,6 +423,19 @@ func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
 				require.Equal(t, len(recs), n, "nothing lost")
 				commits = tt.Commits(0)
 				require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
+				if eos {
+					ncommits, aborts := x.Counts()
+					require.Zero(t, aborts, "no cycle aborted")
+					require.Greater(t, ncommits, 2, "cycles ran while records waited in the key gates")
+					seen := map[string]int{}
+					for _, m := range tt.Outputs("output") {
+						seen[string(m.Value)]++
+					}
+					for v, c := range seen {
+						require.Equal(t, 1, c, "output %s visible %d times", v, c)
+					}
+					require.Len(t, seen, len(recs), "every output visible")
+				}
 			})
 		})
 	}

@@ -221,20 +221,42 @@ func (p *partitionRun) isAbandoned() bool {
 // stage sees paused (and waits), or the cycle sees entering (and waits for
 // leaveCycle, after which the record is counted in outstanding): no record
 // is begun unseen by a cycle's drain.
+//
+// A key-scoped stage serves its gate while it waits (DESIGN.md
+// "Exactly-once with the key-scoped gate"): the records waiting there are
+// begun, so the cycle's drain waits for them, and they wait only for
+// records their leader has begun, which complete during the pause. Serving
+// begins nothing (it runs records already counted in outstanding), so the
+// drain's condition holds; a stage that slept on resumed instead would hold
+// them, and the drain would wait until the shutdown timeout and abort.
 func (s *stageRun) enterCycle(ctx context.Context) error {
-	e := &s.p.eos
+	e, g := &s.p.eos, s.kg
 	for {
 		s.entering.Store(true)
 		if !e.paused.Load() {
 			return nil
 		}
 		s.leaveCycle()
+		if g != nil {
+			if err := g.service(); err != nil {
+				return err
+			}
+		}
 		ch := e.resumed.wait()
+		var wk <-chan struct{}
+		if g != nil {
+			// Register, then check (see signal): a key handed back
+			// after the check wakes the wait.
+			if wk = g.wake.wait(); g.hasMoved.Load() {
+				continue
+			}
+		}
 		if !e.paused.Load() {
 			continue
 		}
 		select {
 		case <-ch:
+		case <-wk:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

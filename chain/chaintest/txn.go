@@ -31,6 +31,7 @@ type Transactor struct {
 		commits     int
 		aborts      int
 		beforeCmt   func()
+		beforeAbort func()
 		log         []Txn
 	}
 }
@@ -83,6 +84,16 @@ func (x *Transactor) FailProduce(n int) {
 func (x *Transactor) BeforeCommit(fn func()) {
 	x.mu.Lock()
 	x.mu.beforeCmt = fn
+	x.mu.Unlock()
+}
+
+// BeforeAbort installs fn, called at the start of every Abort (outside
+// the transactor's lock); nil removes it. The chain aborts twice per
+// aborted cycle, the second time once every partition's stages have
+// stopped and before any restarts at its committed positions.
+func (x *Transactor) BeforeAbort(fn func()) {
+	x.mu.Lock()
+	x.mu.beforeAbort = fn
 	x.mu.Unlock()
 }
 
@@ -206,6 +217,12 @@ func (x *Transactor) Transactions() []Txn {
 
 // Abort implements chain.Transactor.
 func (x *Transactor) Abort(context.Context) error {
+	x.mu.Lock()
+	hook := x.mu.beforeAbort
+	x.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	x.mu.Lock()
 	if x.mu.open || x.mu.failed != nil {
 		x.mu.aborts++ // a transaction was open: it is aborted
