@@ -74,7 +74,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 	}
 	first := &firstCommit{ch: make(chan struct{})}
 	r.committedOnce = first.ch
-	ch, err := attribution.NewChainWith(r.cfg, attribution.Wiring{Gate: chain.GatePartition}, chain.WithStore(db), chain.WithChangelog(cl), chain.WithExactlyOnce(r.tx),
+	ch, err := attribution.NewChainWith(r.cfg, attribution.Wiring{}, chain.WithStore(db), chain.WithChangelog(cl), chain.WithExactlyOnce(r.tx),
 		chain.WithOutputTopic(r.out), chain.WithDLQTopic(r.dlq), chain.WithObserver(r.progress), chain.WithObserver(first),
 		chain.WithCommitInterval(100*time.Millisecond), chain.WithIdleTimeout(100*time.Millisecond),
 		chain.WithShutdownTimeout(10*time.Second), chain.WithLogger(testLogger(t)))
