@@ -251,3 +251,43 @@ func TestExactlyOnceKeyGateAbortMidRunRewinds(t *testing.T) {
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once after the move")
 	})
 }
+
+// A send that fails inside the transaction (ErrTransaction) drops its
+// record without failing the partition: the cycle aborts and rewinds. When
+// the record is the leader's and followers' records of its key wait in the
+// key gate for it, they can never be released in this epoch: they are
+// dropped too (the epoch is rewound anyway), so neither the cycle's drain
+// nor the rewind's stop waits out the shutdown timeout — which, on a real
+// broker where a fenced producer's sends hang, made every partition fail
+// its rewind (kafka.TestFencedTransactorRecovers).
+func TestExactlyOnceKeyGateFailedLeaderSendDropsItsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls callCounter
+		const shutdown = 10 * time.Second
+		tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, &calls),
+			chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(shutdown))
+		tt.SetAckMode(chaintest.AckAsync)
+		start := time.Now()
+		tt.Start(0)
+		const n = 600
+		recs := hotRecords(0, n)
+		for i := 0; i < n; i += 50 {
+			tt.Append(0, recs[i:i+50]...)
+			time.Sleep(4 * time.Millisecond)
+			if i == 200 {
+				// The hot key's next click: its install and purchase wait
+				// for it in the key gates.
+				x.FailProduceWhere(1, func(m chain.Message) bool {
+					return string(m.Key) == hotKey && strings.HasPrefix(string(m.Value), "click@")
+				})
+			}
+		}
+		tt.WaitIdle()
+		tt.WaitCommitted(0, n)
+		require.NoError(t, tt.Stop())
+		_, aborts := x.Counts()
+		require.Positive(t, aborts, "the failed send aborted its cycle")
+		require.Less(t, time.Since(start), shutdown, "no drain waited out the shutdown timeout")
+		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
+	})
+}

@@ -28,6 +28,7 @@ type Transactor struct {
 		failed      error
 		failCommits int
 		failProduce int
+		failWhere   func(chain.Message) bool
 		commits     int
 		aborts      int
 		beforeCmt   func()
@@ -75,7 +76,15 @@ func (x *Transactor) FailCommits(n int) {
 // transaction can then no longer commit.
 func (x *Transactor) FailProduce(n int) {
 	x.mu.Lock()
-	x.mu.failProduce = n
+	x.mu.failProduce, x.mu.failWhere = n, nil
+	x.mu.Unlock()
+}
+
+// FailProduceWhere makes the next n Produce calls that send a message for
+// which match is true fail like FailProduce's.
+func (x *Transactor) FailProduceWhere(n int, match func(chain.Message) bool) {
+	x.mu.Lock()
+	x.mu.failProduce, x.mu.failWhere = n, match
 	x.mu.Unlock()
 }
 
@@ -124,7 +133,7 @@ func (x *Transactor) Produce(_ context.Context, msgs []chain.Message, done func(
 	}
 	x.mu.Lock()
 	x.mu.open = true
-	if x.mu.failProduce > 0 {
+	if x.mu.failProduce > 0 && (x.mu.failWhere == nil || slices.ContainsFunc(cp, x.mu.failWhere)) {
 		x.mu.failProduce--
 		err := fmt.Errorf("chaintest: produce: %w: %w", chain.ErrTransaction, errInjected)
 		if x.mu.failed == nil {
