@@ -287,3 +287,41 @@ func TestExactlyOnceRecordInFlightAtAbortIsNotCommitted(t *testing.T) {
 		require.Equal(t, want, sortedOutputs(tt))
 	})
 }
+
+// A record that outlasts both the cycle's drain and the rewind's stop (it
+// ignores its context past the shutdown timeout): the rewind cannot stop the
+// epoch, so the partition fails — RunPartition returns the error instead of
+// waiting, without stages and out of the cycles, for a stop nothing sends
+// (the rewind's failure used to be ignored as an abandoned record's) — and
+// a restart from the last committed cycle still gives every output once.
+func TestExactlyOnceRewindThatCannotStopFailsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stages := tally()[:1]
+		inner := stages[0].Processor
+		var slowed atomic.Bool
+		stages[0].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+			if e.Offset == 30 && slowed.CompareAndSwap(false, true) {
+				time.Sleep(time.Second) // past the drain, the rewind's stop and its grace
+			}
+			return inner.Process(ctx, pc, e)
+		})
+		tt, _, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt.Start(0)
+		tt.Append(0, tallyRecords(0, 60)...)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Empty(t, tt.Stats(), "the partition ended by itself")
+		err := tt.Stop()
+		require.ErrorContains(t, err, "records in flight did not stop within the shutdown timeout")
+		tt.Start(0)
+		tt.WaitCommitted(0, 60)
+		require.NoError(t, tt.Stop())
+		var want []string // the model's count stage
+		for _, o := range sortedModel(tt.Log(0).Records()) {
+			if strings.HasPrefix(o, "count@") {
+				want = append(want, o)
+			}
+		}
+		require.Equal(t, want, sortedOutputs(tt))
+	})
+}

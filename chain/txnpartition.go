@@ -116,11 +116,32 @@ func (p *partitionRun) stopEpoch() bool {
 	}
 	e.cancelEpoch()
 	if p.shutdown(e.g, e.cancelWork) {
-		p.fail(errors.New("exactly-once restart after an aborted transaction: records in flight did not stop within the shutdown timeout"))
+		p.failRewind(errors.New("exactly-once restart after an aborted transaction: records in flight did not stop within the shutdown timeout"))
 		e.mu.Unlock()
 		return false
 	}
 	return true
+}
+
+// failRewind is fail for a rewind whose stop timed out. fail ignores errors
+// once the shutdown timeout abandoned the records in flight (they are
+// theirs); here the abandonment is the failure itself, and ignoring it left
+// the partition without stages, out of the cycles, waiting for a stop that
+// nothing would send.
+func (p *partitionRun) failRewind(err error) {
+	p.mu.Lock()
+	first := p.mu.err == nil
+	if first {
+		p.mu.err = err
+		close(p.failed)
+	}
+	p.mu.Unlock()
+	if first {
+		p.log.Error("partition stopping on a fatal error", "err", err)
+	}
+	if p.stop != nil {
+		p.stop()
+	}
 }
 
 // restartEpoch is the second half of a rewind, after stopEpoch returned
