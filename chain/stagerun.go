@@ -69,6 +69,9 @@ type stageRun struct {
 	// stage will never read below it again. The first stage discards what
 	// every stage has passed (partitionRun.discardRead).
 	readPos atomic.Int64
+	// readMoved is notified after readPos moves (the first stage's pace
+	// waits on it).
+	readMoved signal
 
 	// Owned by the stage goroutine.
 	cursor int64
@@ -210,10 +213,11 @@ func (s *stageRun) closePoller() {
 func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 	ring := s.p.ring
 	s.readPos.Store(s.cursor)
+	s.readMoved.notify()
 	for {
 		if s.mode.Load() == modeBuffered {
 			if s.idx == 0 {
-				s.p.discardRead()
+				s.p.pace(ctx, s.cursor)
 			}
 			var b []Event
 			var err error
