@@ -14,8 +14,9 @@
 // when the slowest follower reading the buffer is about to be evicted —
 // DESIGN.md "Stage 0 pauses, briefly"); optional key-parallel workers per
 // stage; a contiguous-completion tracker per stage and the commit loop
-// (package commit). The Kafka adapter (package kafka) calls RunPartition for every
-// claim; the tester (chain/chaintest) does the same with in-memory logs.
+// (package commit). The Kafka adapter (package kafka) calls RunPartition
+// for every claim; the tester (chain/chaintest) does the same with
+// in-memory logs.
 //
 // # Guarantees (DESIGN.md I1–I10)
 //
