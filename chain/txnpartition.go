@@ -130,18 +130,7 @@ func (p *partitionRun) stopEpoch() bool {
 // nothing would send.
 func (p *partitionRun) failRewind(err error) {
 	p.mu.Lock()
-	first := p.mu.err == nil
-	if first {
-		p.mu.err = err
-		close(p.failed)
-	}
-	p.mu.Unlock()
-	if first {
-		p.log.Error("partition stopping on a fatal error", "err", err)
-	}
-	if p.stop != nil {
-		p.stop()
-	}
+	p.failLocked(err)
 }
 
 // restartEpoch is the second half of a rewind, after stopEpoch returned
