@@ -112,15 +112,18 @@ func (c *callCounter) add() { c.n.Add(1) }
 
 func (c *callCounter) total() int64 { return c.n.Load() }
 
-// requireTxnPrefixes checks every committed transaction: it holds exactly
+// requireTxnPrefixes checks every committed transaction of a chain whose
+// outputs are "stage@offset …" (stageOf maps a record type to the stage
+// that processes it; nil: the stage is named as the type): it holds exactly
 // the outputs of the records between the previous commit's position and
-// this one's, per stage, and every output is committed once.
-func requireTxnPrefixes(t *testing.T, tt *chaintest.Tester, x *chaintest.Transactor, names []string) {
+// this one's, per stage, and every output is committed once. It returns
+// how many transactions and outputs it checked.
+func requireTxnPrefixes(t *testing.T, tt *chaintest.Tester, x *chaintest.Transactor, names []string, stageOf map[string]string) (txns, outputs int) {
 	t.Helper()
 	prev := map[string]int64{}
 	seen := map[string]int{}
-	txns := x.Transactions()
-	for i, txn := range txns {
+	all := x.Transactions()
+	for i, txn := range all {
 		if len(txn.Offsets) == 0 {
 			continue
 		}
@@ -133,9 +136,12 @@ func requireTxnPrefixes(t *testing.T, tt *chaintest.Tester, x *chaintest.Transac
 		}
 		want := map[string]bool{}
 		for _, r := range tt.Log(0).Records() {
-			typ, _, _ := strings.Cut(string(r.Value), "|")
-			if r.Offset >= prev[typ] && r.Offset < next[typ] {
-				want[fmt.Sprintf("%s@%d", typ, r.Offset)] = true
+			stage, _, _ := strings.Cut(string(r.Value), "|")
+			if stageOf != nil {
+				stage = stageOf[stage]
+			}
+			if r.Offset >= prev[stage] && r.Offset < next[stage] {
+				want[fmt.Sprintf("%s@%d", stage, r.Offset)] = true
 			}
 		}
 		got := map[string]bool{}
@@ -150,6 +156,35 @@ func requireTxnPrefixes(t *testing.T, tt *chaintest.Tester, x *chaintest.Transac
 	for id, n := range seen {
 		require.Equal(t, 1, n, "output %s committed once", id)
 	}
+	return len(all), len(seen)
+}
+
+// hotShutdown is the shutdown timeout of the hot-key runs: a drain that
+// waits it out aborts its cycle.
+const hotShutdown = 10 * time.Second
+
+// hotRun runs hotStages (the hot key 40 ms a record in the leader) in
+// exactly-once mode over n records appended in chunks of 50, 4 ms apart
+// (fake time), calling each(i) after the chunk at i, until every stage
+// completed the log and the commit covers it.
+func hotRun(t *testing.T, n int, each func(tt *chaintest.Tester, x *chaintest.Transactor, i int)) (*chaintest.Tester, *chaintest.Transactor, *callCounter) {
+	t.Helper()
+	calls := new(callCounter)
+	tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, calls),
+		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
+	tt.SetAckMode(chaintest.AckAsync)
+	tt.Start(0)
+	recs := hotRecords(0, n)
+	for i := 0; i < n; i += 50 {
+		tt.Append(0, recs[i:i+50]...)
+		time.Sleep(4 * time.Millisecond)
+		if each != nil {
+			each(tt, x, i)
+		}
+	}
+	tt.WaitIdle()
+	tt.WaitCommitted(0, int64(n))
+	return tt, x, calls
 }
 
 // A hot key that is slow in the leader, while the other keys flow: its
@@ -161,27 +196,16 @@ func requireTxnPrefixes(t *testing.T, tt *chaintest.Tester, x *chaintest.Transac
 // waits the whole shutdown timeout and the cycle aborts.)
 func TestExactlyOnceKeyGateHotKeyCyclesCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls callCounter
-		tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, &calls),
-			chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(10*time.Second))
-		tt.SetAckMode(chaintest.AckAsync)
 		start := time.Now()
-		tt.Start(0)
 		const n = 600
-		recs := hotRecords(0, n)
-		for i := 0; i < n; i += 50 {
-			tt.Append(0, recs[i:i+50]...)
-			time.Sleep(4 * time.Millisecond)
-		}
-		tt.WaitIdle()
-		tt.WaitCommitted(0, n)
+		tt, x, calls := hotRun(t, n, nil)
 		require.NoError(t, tt.Stop())
 		commits, aborts := x.Counts()
 		t.Logf("%d commits in %v", commits, time.Since(start))
 		require.Zero(t, aborts, "no cycle aborted: every drain released the key-waiting records")
 		require.GreaterOrEqual(t, commits, 5, "cycles kept committing while the hot key was slow")
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
-		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"})
+		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"}, nil)
 		require.Equal(t, int64(n), calls.total(), "no record processed twice")
 	})
 }
@@ -204,26 +228,16 @@ func TestI1PerKeyRandomizedExactlyOnce(t *testing.T) { testI1PerKey(t, true) }
 // the committed state from the changelog.
 func TestExactlyOnceKeyGateAbortMidRunRewinds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls callCounter
-		tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, &calls),
-			chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(10*time.Second))
-		tt.SetAckMode(chaintest.AckAsync)
-		tt.Start(0)
 		const n = 600
-		recs := hotRecords(0, n)
 		gated := 0
-		for i := 0; i < n; i += 50 {
-			tt.Append(0, recs[i:i+50]...)
-			time.Sleep(4 * time.Millisecond)
+		tt, x, calls := hotRun(t, n, func(tt *chaintest.Tester, x *chaintest.Transactor, i int) {
 			if i == 300 {
 				for _, s := range tt.Stats()[0].Stages {
 					gated += s.KeyGated
 				}
 				x.FailCommits(2)
 			}
-		}
-		tt.WaitIdle()
-		tt.WaitCommitted(0, n)
+		})
 		require.Positive(t, gated, "records waited in the key gates when the failures were injected")
 		_, aborts := x.Counts()
 		// (A failed cycle that had produced nothing — its records only
@@ -231,11 +245,10 @@ func TestExactlyOnceKeyGateAbortMidRunRewinds(t *testing.T) {
 		require.True(t, aborts >= 1 && aborts <= 2, "the failed commits aborted their cycles, and nothing else did: %d aborts", aborts)
 		require.Greater(t, calls.total(), int64(n), "the aborted cycles' records were processed again")
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
-		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"})
+		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"}, nil)
 
 		require.NoError(t, tt.Move("b", 0))
-		more := hotRecords(n, 200)
-		tt.Append(0, more...)
+		tt.Append(0, hotRecords(n, 200)...)
 		tt.WaitIdle()
 		tt.WaitCommitted(0, n+200)
 		require.NoError(t, tt.Stop())
@@ -253,18 +266,8 @@ func TestExactlyOnceKeyGateAbortMidRunRewinds(t *testing.T) {
 // its rewind (kafka.TestFencedTransactorRecovers).
 func TestExactlyOnceKeyGateFailedLeaderSendDropsItsWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls callCounter
-		const shutdown = 10 * time.Second
-		tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, &calls),
-			chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(shutdown))
-		tt.SetAckMode(chaintest.AckAsync)
 		start := time.Now()
-		tt.Start(0)
-		const n = 600
-		recs := hotRecords(0, n)
-		for i := 0; i < n; i += 50 {
-			tt.Append(0, recs[i:i+50]...)
-			time.Sleep(4 * time.Millisecond)
+		tt, x, _ := hotRun(t, 600, func(_ *chaintest.Tester, x *chaintest.Transactor, i int) {
 			if i == 200 {
 				// The hot key's next click: its install and purchase wait
 				// for it in the key gates.
@@ -272,13 +275,11 @@ func TestExactlyOnceKeyGateFailedLeaderSendDropsItsWaiters(t *testing.T) {
 					return string(m.Key) == hotKey && strings.HasPrefix(string(m.Value), "click@")
 				})
 			}
-		}
-		tt.WaitIdle()
-		tt.WaitCommitted(0, n)
+		})
 		require.NoError(t, tt.Stop())
 		_, aborts := x.Counts()
 		require.Positive(t, aborts, "the failed send aborted its cycle")
-		require.Less(t, time.Since(start), shutdown, "no drain waited out the shutdown timeout")
+		require.Less(t, time.Since(start), hotShutdown, "no drain waited out the shutdown timeout")
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
 	})
 }
