@@ -96,7 +96,9 @@
 //     wait only for records their leader has begun, and a paused stage
 //     keeps releasing them, so the drain runs them to completion (a
 //     rewind rebuilds the key tables empty at the committed positions,
-//     where no leader record is pending).
+//     where no leader record is pending). A record whose send failed the
+//     transaction drops the gated records after it that may wait for it:
+//     its epoch is rewound anyway.
 //
 // Stats also passes on what an assignment's Source and Committer say of
 // their contact with the cluster, when they implement the optional
