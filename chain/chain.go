@@ -75,12 +75,6 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 		if s.KeyConcurrency > cfg.inFlight {
 			return nil, fmt.Errorf("chain: stage %q: key concurrency %d exceeds the in-flight window %d", s.Name, s.KeyConcurrency, cfg.inFlight)
 		}
-		if cfg.txn != nil && s.Gate == GateKey {
-			// A key-scoped follower's begun records may wait for leader
-			// records that a cycle's pause keeps from beginning: the
-			// drain would wait the whole shutdown timeout and abort.
-			return nil, fmt.Errorf("chain: stage %q: exactly-once mode (WithExactlyOnce) supports only the partition-scoped gate for now; set Gate to GatePartition", s.Name)
-		}
 	}
 	c := &Chain{stages: append([]Stage(nil), stages...), names: names, dec: dec, cfg: cfg}
 	c.mu.parts = map[partKey]*partitionRun{}

@@ -91,7 +91,14 @@
 //     transaction is aborted and every partition restarts at its last
 //     committed positions with its store overlay dropped (txn.go,
 //     txnpartition.go); a revoke or stop returns after the partition's
-//     final transaction committed or was aborted (ErrTxnAborted).
+//     final transaction committed or was aborted (ErrTxnAborted). Both
+//     gate scopes: the records waiting in a key-scoped gate are begun and
+//     wait only for records their leader has begun, and a paused stage
+//     keeps releasing them, so the drain runs them to completion (a
+//     rewind rebuilds the key tables empty at the committed positions,
+//     where no leader record is pending). A record whose send failed the
+//     transaction drops the gated records after it that may wait for it:
+//     its epoch is rewound anyway.
 //
 // Stats also passes on what an assignment's Source and Committer say of
 // their contact with the cluster, when they implement the optional

@@ -52,6 +52,12 @@ type keyGate struct {
 	// (checked without the lock before every record and before blocking).
 	moved, spare []uint64
 	hasMoved     atomic.Bool
+	// doomed: a record of this stage's leader (or of a stage before it)
+	// was dropped because the open transaction failed (exactly-once mode,
+	// ErrTransaction); the records waiting here may wait for it, which
+	// never completes in this epoch, and the epoch is rewound anyway:
+	// they are dropped (see doomFollowers).
+	doomed atomic.Bool
 }
 
 type gateQueue struct{ head, tail *gated }
@@ -242,6 +248,11 @@ func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason
 			return g.release(ev, stream, kh, act, reason, accept, w, fo, fs)
 		}
 	}
+	if g.doomed.Load() {
+		ev.endSpan(OutcomeDropped, ErrTransaction)
+		g.s.drop()
+		return nil
+	}
 	r := g.newGated()
 	r.ev, r.stream, r.kh, r.act, r.reason, r.accept, r.want = *ev, stream, kh, act, reason, accept, w
 	if q.tail == nil {
@@ -285,6 +296,11 @@ func (g *keyGate) service() error {
 	g.moved = g.spare[:0]
 	g.hasMoved.Store(false)
 	l.mu.Unlock()
+	if g.doomed.Load() { // after hasMoved was cleared: see doomFollowers
+		g.spare = moved[:0]
+		g.dropAll()
+		return nil
+	}
 	var err error
 	for _, kh := range moved {
 		if err = g.releaseKey(kh); err != nil {
@@ -383,6 +399,28 @@ func (g *keyGate) drain() error {
 		}
 	}
 	return nil
+}
+
+// doomFollowers is called in exactly-once mode when a record of s is
+// dropped because the open transaction failed (ErrTransaction), before the
+// drop: the cycle that follows aborts and rewinds the partition, and the
+// record never completes in this epoch. Records of key-scoped stages after
+// s that wait in their gates for it (or for records waiting for it) would
+// wait until the shutdown timeout — the cycle's drain and the rewind's stop
+// both wait for them, and the rewind then fails the partition. They are
+// dropped instead (not completed, not committed; the rewound epoch
+// processes them again). Each gate's stage is woken through hasMoved,
+// stored after doomed, and service checks doomed after clearing hasMoved,
+// so a gate cannot miss it; a record offered later is dropped at once if
+// it cannot run. The flags belong to this epoch's gates: a rewind builds
+// new ones.
+func (s *stageRun) doomFollowers() {
+	for st := s; st.keys != nil; st = st.keys.follower.s {
+		g := st.keys.follower
+		g.doomed.Store(true)
+		g.hasMoved.Store(true)
+		g.wake.notify()
+	}
 }
 
 // dropAll abandons every waiting record (not completed: the position stays

@@ -14,6 +14,7 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/chain/chaintest"
+	"github.com/differential-dev/differential/commit"
 )
 
 // keyInvariantObserver checks DESIGN I1 per key for key-scoped stages, from
@@ -50,6 +51,12 @@ type keyInvariantObserver struct {
 	idles     int
 	released  int // key-scoped begins checked
 	errs      []string
+	// committed are the stages' positions of the last committed cycle
+	// (exactly-once mode, from Committed's metadata); aborts counts the
+	// Transactor's Abort calls (see rewinds).
+	committed []int64
+	aborts    int
+	rewound   int
 }
 
 func newKeyInvariantObserver(t testing.TB, d int64, lateness time.Duration, keyed []bool) *keyInvariantObserver {
@@ -192,7 +199,83 @@ func (o *keyInvariantObserver) Advanced(_ string, _ int32, stage int, next int64
 	}
 }
 
-func (o *keyInvariantObserver) Committed(string, int32, int64, string) {}
+func (o *keyInvariantObserver) Committed(_ string, _ int32, off int64, md string) {
+	st, ok := commit.DecodeState(md, off, []string{"click", "install", "purchase"})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !ok {
+		o.errs = append(o.errs, fmt.Sprintf("commit %d: undecodable metadata %q", off, md))
+		return
+	}
+	o.committed = o.committed[:0]
+	for _, cp := range st.Stages {
+		o.committed = append(o.committed, cp.Next)
+	}
+}
+
+// rewinds makes the observer follow the rewinds of exactly-once mode: an
+// aborted cycle restarts every stage at its committed position, so the
+// completions at or above it are undone. The chain aborts twice per failed
+// cycle (the commit fails; no send fails in these tests): once at once,
+// while the stages still finish the records they began (those completions
+// and begins still belong to the old epoch), and again once every stage
+// has stopped and before any restarts — the observer forgets then.
+func (o *keyInvariantObserver) rewinds(x *chaintest.Transactor) {
+	x.BeforeAbort(func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.aborts++
+		if o.aborts%2 == 1 {
+			return
+		}
+		o.rewound++
+		for s := range o.completed {
+			from := int64(0)
+			if s < len(o.committed) {
+				from = o.committed[s]
+			}
+			for off := range o.completed[s] {
+				if off >= from {
+					delete(o.completed[s], off)
+				}
+			}
+			for k, last := range o.lastOfKey[s] {
+				if last >= from {
+					delete(o.lastOfKey[s], k)
+				}
+			}
+		}
+	})
+}
+
+// requireEOSOutputs checks an exactly-once run of keyedStages (emitting):
+// the final commit covers the log, and read_committed readers see every
+// record's output exactly once, whatever the aborts repeated.
+func requireEOSOutputs(t *testing.T, tt *chaintest.Tester, x *chaintest.Transactor, recs []chain.Record, o *keyInvariantObserver) {
+	t.Helper()
+	commits := tt.Commits(0)
+	require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
+	o.mu.Lock()
+	aborts, rewound := o.aborts, o.rewound
+	o.mu.Unlock()
+	_, txAborts := x.Counts()
+	require.Equal(t, 0, aborts%2, "two Abort calls per aborted cycle (the observer's rewinds assume it)")
+	require.GreaterOrEqual(t, rewound, txAborts, "every aborted cycle rewound")
+	t.Logf("%d aborted cycles, %d key-scoped begins checked", rewound, o.released)
+	want := map[string]int{}
+	for i, r := range recs {
+		d, err := testDecoder.Decode(&r)
+		if err != nil {
+			continue // invalid: dead-lettered by the first stage
+		}
+		want[fmt.Sprintf("%s@%d", d.Type, i)] = 1
+	}
+	got := map[string]int{}
+	for _, m := range tt.Outputs("output") {
+		got[string(m.Value)]++
+	}
+	require.Equal(t, want, got, "every output exactly once")
+}
 
 func (o *keyInvariantObserver) check() {
 	o.t.Helper()
@@ -224,8 +307,15 @@ func keyedStages(r *recorder, emit bool, keyConc int, cost func(stage string, o 
 // observer's own record of every completion, over random offset distances,
 // lateness, buffer and batch sizes, key counts, key-parallelism, mixed
 // scopes, acknowledgement orders, processing costs and a slow hot key; and
-// that every stage still begins every offset exactly once.
-func TestI1PerKeyRandomized(t *testing.T) {
+// that every stage still begins every offset exactly once. In exactly-once
+// mode (TestI1PerKeyRandomizedExactlyOnce) cycles pause the stages all
+// along and some fail at commit: every stage of the partition restarts at
+// the committed positions with new key tables, and the observer forgets
+// the completions of the aborted epoch (I1 per key must hold against what
+// the new epoch completed, not against what the abort undid).
+func TestI1PerKeyRandomized(t *testing.T) { testI1PerKey(t, false) }
+
+func testI1PerKey(t *testing.T, eos bool) {
 	for seed := range uint64(32) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -255,7 +345,8 @@ func TestI1PerKeyRandomized(t *testing.T) {
 				}
 				r := newRecorder()
 				obs := newKeyInvariantObserver(t, d, lateness, keyed)
-				tt := chaintest.New(t, keyedStages(r, rng.IntN(2) == 0, keyConc, cost, gates),
+				emit := rng.IntN(2) == 0 || eos
+				tt := chaintest.New(t, keyedStages(r, emit, keyConc, cost, gates),
 					testDecoder, chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
 					chain.WithBufferSize(bufSize), chain.WithBatchSize(min(bufSize, 1+rng.IntN(32))),
 					chain.WithInFlight(16+rng.IntN(100)))
@@ -263,12 +354,21 @@ func TestI1PerKeyRandomized(t *testing.T) {
 					tt.SetAckMode(chaintest.AckAsync)
 				}
 				tt.Log(0).SetMaxBatch(1 + rng.IntN(100))
+				var x *chaintest.Transactor
+				eosRng := rand.New(rand.NewPCG(seed, 77))
+				if eos {
+					x = tt.UseTransactions()
+					obs.rewinds(x)
+				}
 				tt.Start(0)
 				for i := 0; i < len(recs); {
 					n := min(len(recs)-i, 1+rng.IntN(400))
 					obs.fed(recs[i : i+n]...)
 					tt.Append(0, recs[i:i+n]...)
 					i += n
+					if eos && eosRng.IntN(2) == 0 {
+						x.FailCommits(1 + eosRng.IntN(2))
+					}
 					if rng.IntN(3) == 0 {
 						tt.WaitIdle()
 					}
@@ -277,6 +377,10 @@ func TestI1PerKeyRandomized(t *testing.T) {
 				require.NoError(t, tt.Stop())
 				obs.check()
 				require.Positive(t, obs.released, "some records must pass a key-scoped gate")
+				if eos {
+					requireEOSOutputs(t, tt, x, recs, obs)
+					return
+				}
 				for s := range 3 {
 					got := slices.Clone(obs.begun[s])
 					slices.Sort(got)
@@ -354,8 +458,14 @@ func TestKeyGateSlowKeyDoesNotHoldOtherKeys(t *testing.T) {
 // SIGTERM path) with records waiting in the key gates, restarts them, and
 // checks every record was processed exactly once per stage across both
 // runs and the final commit covers exactly what completed: the drain runs
-// the gated records to the end (DESIGN I6).
-func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
+// the gated records to the end (DESIGN I6). In exactly-once mode
+// (TestExactlyOnceKeyGateCleanStopRepeatsNothing) cycles run all along —
+// each pausing the stages while records wait in the key gates — and the
+// stop commits the final cycle: read_committed readers see every output
+// exactly once.
+func TestKeyGateCleanStopRepeatsNothing(t *testing.T) { testKeyGateCleanStop(t, false) }
+
+func testKeyGateCleanStop(t *testing.T, eos bool) {
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -374,7 +484,11 @@ func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
 				gates := [3]chain.GateScope{"", chain.GateKey, chain.GateKey}
 				tt := chaintest.New(t, keyedStages(r, true, 4+int(seed%2)*4, cost, gates), testDecoder,
 					chain.WithOffsetDistance(3), chain.WithLateness(time.Second), chain.WithObserver(obs),
-					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64))
+					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64), chain.WithCommitInterval(2*time.Millisecond))
+				var x *chaintest.Transactor
+				if eos {
+					x = tt.UseTransactions()
+				}
 				if seed%4 >= 2 {
 					tt.SetAckMode(chaintest.AckAsync)
 				}
@@ -413,6 +527,19 @@ func TestKeyGateCleanStopRepeatsNothing(t *testing.T) {
 				require.Equal(t, len(recs), n, "nothing lost")
 				commits = tt.Commits(0)
 				require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
+				if eos {
+					ncommits, aborts := x.Counts()
+					require.Zero(t, aborts, "no cycle aborted")
+					require.Greater(t, ncommits, 2, "cycles ran while records waited in the key gates")
+					seen := map[string]int{}
+					for _, m := range tt.Outputs("output") {
+						seen[string(m.Value)]++
+					}
+					for v, c := range seen {
+						require.Equal(t, 1, c, "output %s visible %d times", v, c)
+					}
+					require.Len(t, seen, len(recs), "every output visible")
+				}
 			})
 		})
 	}

@@ -230,6 +230,12 @@ func (p *partitionRun) fail(err error) {
 		p.log.Warn("error of an abandoned record ignored", "err", err)
 		return
 	}
+	p.failLocked(err)
+}
+
+// failLocked is fail's second half, also failRewind's: called with p.mu
+// held, which it releases.
+func (p *partitionRun) failLocked(err error) {
 	first := p.mu.err == nil
 	if first {
 		p.mu.err = err

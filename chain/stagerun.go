@@ -662,14 +662,19 @@ func (s *stageRun) acked(o int64, kh uint64, what string) func(error) {
 			s.complete(o, kh)
 			return
 		}
-		s.drop()
 		err = s.recordError(o, fmt.Errorf("%s: %w", what, err))
 		if tc := s.p.c.tc; tc != nil && errors.Is(err, ErrTransaction) {
 			// Not the record's fault: the transaction cannot commit. The
-			// next cycle aborts it and restarts the partitions.
+			// next cycle aborts it and restarts the partitions. Key-gated
+			// followers' records waiting for it are dropped — before this
+			// drop, so before a drain can see the stage empty and a
+			// rewind build the next epoch.
+			s.doomFollowers()
+			s.drop()
 			tc.fail(err)
 			return
 		}
+		s.drop()
 		s.p.fail(err)
 	}
 }

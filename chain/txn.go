@@ -94,7 +94,9 @@ const maxConsecutiveAborts = 10
 // are persisted only after the transaction committed. A failed, fenced or
 // timed-out transaction is aborted, the overlays dropped, and every
 // partition restarts from its last committed positions. A cycle pauses
-// every partition until what it has begun is complete, so a transaction
+// every partition until what it has begun is complete — the records
+// waiting in a key-scoped gate (GateKey) included: a paused stage keeps
+// releasing them as their leader's records complete — so a transaction
 // holds exactly the outputs of a contiguous prefix per stage (no offsets
 // above a position are ever committed). Revoke and stop commit the
 // partition's final checkpoint in a cycle and wait for it.

@@ -116,11 +116,21 @@ func (p *partitionRun) stopEpoch() bool {
 	}
 	e.cancelEpoch()
 	if p.shutdown(e.g, e.cancelWork) {
-		p.fail(errors.New("exactly-once restart after an aborted transaction: records in flight did not stop within the shutdown timeout"))
+		p.failRewind(errors.New("exactly-once restart after an aborted transaction: records in flight did not stop within the shutdown timeout"))
 		e.mu.Unlock()
 		return false
 	}
 	return true
+}
+
+// failRewind is fail for a rewind whose stop timed out. fail ignores errors
+// once the shutdown timeout abandoned the records in flight (they are
+// theirs); here the abandonment is the failure itself, and ignoring it left
+// the partition without stages, out of the cycles, waiting for a stop that
+// nothing would send.
+func (p *partitionRun) failRewind(err error) {
+	p.mu.Lock()
+	p.failLocked(err)
 }
 
 // restartEpoch is the second half of a rewind, after stopEpoch returned
@@ -221,20 +231,42 @@ func (p *partitionRun) isAbandoned() bool {
 // stage sees paused (and waits), or the cycle sees entering (and waits for
 // leaveCycle, after which the record is counted in outstanding): no record
 // is begun unseen by a cycle's drain.
+//
+// A key-scoped stage serves its gate while it waits (DESIGN.md
+// "Exactly-once with the key-scoped gate"): the records waiting there are
+// begun, so the cycle's drain waits for them, and they wait only for
+// records their leader has begun, which complete during the pause. Serving
+// begins nothing (it runs records already counted in outstanding), so the
+// drain's condition holds; a stage that slept on resumed instead would hold
+// them, and the drain would wait until the shutdown timeout and abort.
 func (s *stageRun) enterCycle(ctx context.Context) error {
-	e := &s.p.eos
+	e, g := &s.p.eos, s.kg
 	for {
 		s.entering.Store(true)
 		if !e.paused.Load() {
 			return nil
 		}
 		s.leaveCycle()
+		if g != nil {
+			if err := g.service(); err != nil {
+				return err
+			}
+		}
 		ch := e.resumed.wait()
+		var wk <-chan struct{}
+		if g != nil {
+			// Register, then check (see signal): a key handed back
+			// after the check wakes the wait.
+			if wk = g.wake.wait(); g.hasMoved.Load() {
+				continue
+			}
+		}
 		if !e.paused.Load() {
 			continue
 		}
 		select {
 		case <-ch:
+		case <-wk:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

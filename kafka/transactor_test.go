@@ -74,7 +74,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 	}
 	first := &firstCommit{ch: make(chan struct{})}
 	r.committedOnce = first.ch
-	ch, err := attribution.NewChainWith(r.cfg, attribution.Wiring{Gate: chain.GatePartition}, chain.WithStore(db), chain.WithChangelog(cl), chain.WithExactlyOnce(r.tx),
+	ch, err := attribution.NewChainWith(r.cfg, attribution.Wiring{}, chain.WithStore(db), chain.WithChangelog(cl), chain.WithExactlyOnce(r.tx),
 		chain.WithOutputTopic(r.out), chain.WithDLQTopic(r.dlq), chain.WithObserver(r.progress), chain.WithObserver(first),
 		chain.WithCommitInterval(100*time.Millisecond), chain.WithIdleTimeout(100*time.Millisecond),
 		chain.WithShutdownTimeout(10*time.Second), chain.WithLogger(testLogger(t)))
@@ -112,7 +112,8 @@ func (f *firstCommit) Committed(string, int32, int64, string) {
 
 // finish waits for every partition's commit to reach its end, stops the
 // member and checks what a read_committed reader sees: every output and
-// dead letter of the model exactly once, nothing else.
+// dead letter of the model exactly once, nothing else, each user's in
+// input order (the attribution chain's key-scoped gate orders per key).
 func (r *eosRun) finish(t *testing.T) *reference.Report {
 	t.Helper()
 	select {
@@ -128,7 +129,7 @@ func (r *eosRun) finish(t *testing.T) *reference.Report {
 	r.b.WaitStable(t, r.out)
 	r.b.WaitStable(t, r.dlq)
 	rep := reference.Check(r.parts, r.cfg, reference.FromKafka(r.b.ReadAll(t, r.out, true)), reference.FromKafka(r.b.ReadAll(t, r.dlq, true)),
-		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.StageOrder})
+		reference.Options{Duplicates: reference.NoDuplicates, Order: reference.KeyOrder})
 	require.True(t, rep.OK(), rep.Summary())
 	return rep
 }

@@ -28,9 +28,11 @@ type Transactor struct {
 		failed      error
 		failCommits int
 		failProduce int
+		failWhere   func(chain.Message) bool
 		commits     int
 		aborts      int
 		beforeCmt   func()
+		beforeAbort func()
 		log         []Txn
 	}
 }
@@ -74,7 +76,15 @@ func (x *Transactor) FailCommits(n int) {
 // transaction can then no longer commit.
 func (x *Transactor) FailProduce(n int) {
 	x.mu.Lock()
-	x.mu.failProduce = n
+	x.mu.failProduce, x.mu.failWhere = n, nil
+	x.mu.Unlock()
+}
+
+// FailProduceWhere makes the next n Produce calls that send a message for
+// which match is true fail like FailProduce's.
+func (x *Transactor) FailProduceWhere(n int, match func(chain.Message) bool) {
+	x.mu.Lock()
+	x.mu.failProduce, x.mu.failWhere = n, match
 	x.mu.Unlock()
 }
 
@@ -83,6 +93,16 @@ func (x *Transactor) FailProduce(n int) {
 func (x *Transactor) BeforeCommit(fn func()) {
 	x.mu.Lock()
 	x.mu.beforeCmt = fn
+	x.mu.Unlock()
+}
+
+// BeforeAbort installs fn, called at the start of every Abort (outside
+// the transactor's lock); nil removes it. The chain aborts twice per
+// aborted cycle, the second time once every partition's stages have
+// stopped and before any restarts at its committed positions.
+func (x *Transactor) BeforeAbort(fn func()) {
+	x.mu.Lock()
+	x.mu.beforeAbort = fn
 	x.mu.Unlock()
 }
 
@@ -113,7 +133,7 @@ func (x *Transactor) Produce(_ context.Context, msgs []chain.Message, done func(
 	}
 	x.mu.Lock()
 	x.mu.open = true
-	if x.mu.failProduce > 0 {
+	if x.mu.failProduce > 0 && (x.mu.failWhere == nil || slices.ContainsFunc(cp, x.mu.failWhere)) {
 		x.mu.failProduce--
 		err := fmt.Errorf("chaintest: produce: %w: %w", chain.ErrTransaction, errInjected)
 		if x.mu.failed == nil {
@@ -206,6 +226,12 @@ func (x *Transactor) Transactions() []Txn {
 
 // Abort implements chain.Transactor.
 func (x *Transactor) Abort(context.Context) error {
+	x.mu.Lock()
+	hook := x.mu.beforeAbort
+	x.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	x.mu.Lock()
 	if x.mu.open || x.mu.failed != nil {
 		x.mu.aborts++ // a transaction was open: it is aborted

@@ -373,9 +373,15 @@ func (tp *topics) verifyOutputs(t *testing.T) *reference.Report {
 // partition's end, then stops it like SIGTERM and checks the clean exit.
 func (tp *topics) runToEnd(t *testing.T, extra ...string) *proc {
 	t.Helper()
+	return tp.runToEndWith(t, nil, extra...)
+}
+
+// runToEndWith is runToEnd with opts added to the chain's options.
+func (tp *topics) runToEndWith(t *testing.T, opts []chain.Option, extra ...string) *proc {
+	t.Helper()
 	_, ends := tp.input(t)
 	w := newWatcher()
-	p := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs(extra...)...)
+	p := startCLI(t, hooks{chainOptions: append(w.member().options(), opts...)}, tp.runArgs(extra...)...)
 	reached := w.reach(ends)
 	// The wait is on progress, not on a total time: under -race on a loaded
 	// machine a run to the end can take minutes, and it fails only when no

@@ -85,12 +85,6 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "producer", p)
 		prod = p
 	}
-	if o.exactlyOnce() && o.gate != string(chain.GatePartition) {
-		// Exactly-once mode supports only the partition-scoped gate for now
-		// (chain.New refuses a key-scoped follower with it).
-		log.Info("exactly-once: the followers use the partition-scoped gate", "gate", o.gate)
-		o.gate = string(chain.GatePartition)
-	}
 	tracing, stopTracing, err := o.tracing.start(ctx, o.group, log)
 	if err != nil {
 		return err
