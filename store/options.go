@@ -34,7 +34,7 @@ func WithFS(fs vfs.FS) Option {
 }
 
 // WithPebbleOptions lets fn adjust the Pebble options after the store has
-// set its own (FormatNewest, a 16 MB memtable, a 512 MB block cache,
+// set its own (FormatNewest, a 64 MB memtable, a 512 MB block cache,
 // Bloom filters). fn must
 // not change FS, Logger or the comparer. Default: none.
 func WithPebbleOptions(fn func(*pebble.Options)) Option {
