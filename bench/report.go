@@ -30,6 +30,11 @@ type Report struct {
 	Repeats           int              `json:"-"`
 	Workloads         []WorkloadResult `json:"-"`
 	Targets           []Target         `json:"-"`
+	// EOSCost: the run measured the exactly-once cost table
+	// (Options.EOSCost) with these guarantees and commit intervals.
+	EOSCost         bool     `json:"-"`
+	Guarantees      []string `json:"-"`
+	CommitIntervals string   `json:"-"`
 }
 
 // WorkloadResult is one workload at one partition and worker count: one
@@ -86,6 +91,9 @@ type WorkloadResult struct {
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
 	// Velocity is the chain with the velocity stage (Options.Velocity).
 	Velocity *VelocityResult `json:"velocity,omitempty"`
+	// EOSCost is the exactly-once cost table (Options.EOSCost; the
+	// designs' fields above are then empty).
+	EOSCost *CostResult `json:"eos_cost,omitempty"`
 }
 
 // SweepPoint is the strongest micro-batch at one batch size.
@@ -152,6 +160,7 @@ type DesignResult struct {
 
 	series    []seriesPoint
 	latencies []time.Duration
+	txn       *TxnStats // the cost table's runs (CostCell.Txn)
 }
 
 // LatencyResult is one design's latency-phase run.
@@ -335,6 +344,9 @@ func targets(ws []WorkloadResult) []Target {
 	}
 	for i := range ws {
 		w := &ws[i]
+		if w.EOSCost != nil {
+			ts = append(ts, w.EOSCost.targets(w.Workload)...)
+		}
 		if w.Chain == nil {
 			continue
 		}
