@@ -18,6 +18,9 @@ import (
 type limiter struct {
 	slots             chan struct{}
 	requested, waited atomic.Int64 // ns
+	// held sums the time slots were held (ns): ÷ (W × elapsed) is how
+	// busy the cap W kept (DesignResult.SlotUse).
+	held atomic.Int64
 }
 
 func newLimiter(w int) *limiter { return &limiter{slots: make(chan struct{}, w)} }
@@ -52,7 +55,11 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-c.lim.slots }()
+	held := time.Now()
+	defer func() {
+		c.lim.held.Add(int64(time.Since(held)))
+		<-c.lim.slots
+	}()
 	if d := costOf(ev.Headers); d > 0 {
 		t0 := time.Now()
 		t := time.NewTimer(d)

@@ -149,9 +149,13 @@ type DesignResult struct {
 	EfficiencyOwn *float64 `json:"efficiency_own,omitempty"`
 	// WaitOvershoot is how much longer the simulated costs' timers waited
 	// than asked, overall (0.1 = 10% longer).
-	WaitOvershoot float64      `json:"wait_overshoot,omitempty"`
-	Correctness   *Correctness `json:"correctness,omitempty"`
-	Note          string       `json:"note,omitempty"`
+	WaitOvershoot float64 `json:"wait_overshoot,omitempty"`
+	// SlotUse is how busy the cap W was: the time its slots were held
+	// (simulated cost plus processor, the whole run) ÷ (W × the measured
+	// window).
+	SlotUse     float64      `json:"slot_use,omitempty"`
+	Correctness *Correctness `json:"correctness,omitempty"`
+	Note        string       `json:"note,omitempty"`
 
 	// Latency-phase fields, moved to a LatencyResult by latencyPhase.
 	P50ms, P99ms           *float64 `json:"-"`

@@ -638,7 +638,7 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	r := run.result()
 	if d.txn != nil {
 		r.txn = d.txn.stats(r.Elapsed)
-		r.Note += fmt.Sprintf("; %d changelog appends (mean %.1fms)", r.txn.Appends, r.txn.AppendMeanMs)
+		r.Note += fmt.Sprintf("; send→ack mean %.1fms; %d changelog appends (mean %.1fms)", r.txn.SendMeanMs, r.txn.Appends, r.txn.AppendMeanMs)
 		if r.txn.Commits > 0 || r.txn.Aborts > 0 {
 			r.Note += fmt.Sprintf("; %d txns, commit mean %.1fms (max %.1fms), commit path mean %.1fms = %.0f%% of the window; %d aborts",
 				r.txn.Commits, r.txn.CommitMeanMs, r.txn.CommitMaxMs, r.txn.PathMeanMs, 100*r.txn.PathFraction, r.txn.Aborts)
@@ -841,6 +841,9 @@ func (r *running) result() *DesignResult {
 	}
 	if d.lim != nil {
 		res.WaitOvershoot = d.lim.overshoot()
+		if el > 0 && s.pt.workers > 0 {
+			res.SlotUse = float64(d.lim.held.Load()) / (float64(s.pt.workers) * float64(el))
+		}
 	}
 	first := d.prog.first.Load()
 	for _, sm := range r.smp.samples {
@@ -1080,7 +1083,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 				d.close()
 				return nil, err
 			}
-			opts, d.txn = append(opts, delivery...), tt
+			opts, d.txn, ap.t = append(opts, delivery...), tt, tt
 		}
 		if !d.committed {
 			opts = append(opts, chain.WithProducer(ap))
