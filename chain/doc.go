@@ -10,10 +10,13 @@
 // record once into a bounded handoff buffer (package buffer); one goroutine
 // per stage reading that buffer at its own cursor (a follower that falls out
 // of the buffer polls Kafka itself through Source.Poll and returns when the
-// buffer covers it again); optional key-parallel workers per stage; a
-// contiguous-completion tracker per stage and the commit loop (package
-// commit). The Kafka adapter (package kafka) calls RunPartition for every
-// claim; the tester (chain/chaintest) does the same with in-memory logs.
+// buffer covers it again; the first stage pauses, at most 20 ms at a time,
+// when the slowest follower reading the buffer is about to be evicted —
+// DESIGN.md "Stage 0 pauses, briefly"); optional key-parallel workers per
+// stage; a contiguous-completion tracker per stage and the commit loop
+// (package commit). The Kafka adapter (package kafka) calls RunPartition
+// for every claim; the tester (chain/chaintest) does the same with
+// in-memory logs.
 //
 // # Guarantees (DESIGN.md I1–I10)
 //

@@ -71,6 +71,10 @@ type partitionRun struct {
 	view atomic.Pointer[partView]
 	// closers: pollers being closed off their stage goroutines.
 	closers sync.WaitGroup
+	// pace's state (owned by the first stage's goroutine) and counters.
+	pauseLag             int64
+	gaveUp               bool
+	pauses, pauseGiveUps atomic.Int64
 	// fetchedEnd is the offset after the last record the fetcher took from
 	// Source.Fetch (owned by the fetcher; read once it returned).
 	fetchedEnd int64
@@ -342,6 +346,7 @@ func (p *partitionRun) build() {
 	cfg := &p.c.cfg
 	p.ring = buffer.New[Event](cfg.bufferSize, p.start, offsetOf)
 	p.ring.LimitReadAhead(readAhead(cfg))
+	p.pauseLag = pauseLag(cfg)
 	p.stages = make([]*stageRun, len(p.c.stages))
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
@@ -356,14 +361,95 @@ func (p *partitionRun) build() {
 // right behind the first, it holds little more than what is fetched ahead
 // (README "Why the misses": every GC cycle traced the whole buffer and the
 // fetch responses its records kept alive). Called by the first stage
-// before each read; the others' positions are read atomically (a stage's
-// is at most a batch behind its cursor, so the bound is safe).
+// before each read (pace); the others' positions are read atomically (a
+// stage's is at most a batch behind its cursor, so the bound is safe).
 func (p *partitionRun) discardRead() {
 	slowest := int64(math.MaxInt64)
 	for _, s := range p.stages {
 		slowest = min(slowest, s.readPos.Load())
 	}
 	p.ring.Discard(slowest)
+}
+
+// slowestBuffered is the follower reading the buffer with the smallest read
+// position, or nil when no follower reads it.
+func (p *partitionRun) slowestBuffered() *stageRun {
+	var slow *stageRun
+	for _, s := range p.stages[1:] {
+		if s.mode.Load() == modeBuffered && (slow == nil || s.readPos.Load() < slow.readPos.Load()) {
+			slow = s
+		}
+	}
+	return slow
+}
+
+// pauseLag is how far the first stage may read ahead of the slowest
+// buffered follower before it pauses (pace): beyond it the fetcher, a
+// read-ahead past the first stage, is within a quarter of the buffer of
+// evicting that follower's cursor. 0 (never pause) when the buffer is too
+// small to keep followers in it at all: polling is what it asked for.
+func pauseLag(cfg *config) int64 {
+	return max(0, int64(cfg.bufferSize-readAhead(cfg)-cfg.bufferSize/4))
+}
+
+// maxPause bounds one pause of the first stage for a follower (pace).
+const maxPause = 20 * time.Millisecond
+
+// pace is the first stage's step before each buffered read: it discards
+// what every stage has read and, when the slowest buffered follower is
+// pauseLag or more behind cursor, waits until that follower has read up to
+// half of pauseLag behind — at most maxPause, then it gives up until the
+// followers are back within half of pauseLag (so a follower truly slower
+// than the first stage costs it one bounded pause per time it falls out of
+// the buffer, and then polls Kafka itself, as DESIGN §4 has it).
+//
+// Why: on two cores the first stage and the fetcher can hold both while a
+// woken follower waits in a run queue until the scheduler preempts them
+// (10 ms: tens of thousands of no-op records), by which time the buffer
+// has evicted the follower and it polls at a higher cost per record
+// (measured: 2–26 fall-outs per 300,000 records in a 4-stage no-op chain,
+// BenchmarkChainExtraStage). A yield is not enough: the other core picks
+// the first stage up again at once. Blocking for a moment hands the core
+// to the follower. The pause waits on the follower's read signal
+// (notified once per batch it reads), never in a loop.
+func (p *partitionRun) pace(ctx context.Context, cursor int64) {
+	p.discardRead()
+	lag := p.pauseLag
+	if lag <= 0 {
+		return
+	}
+	slow := p.slowestBuffered()
+	if slow == nil || cursor-slow.readPos.Load() < lag {
+		if slow == nil || cursor-slow.readPos.Load() < lag/2 {
+			p.gaveUp = false
+		}
+		return
+	}
+	if p.gaveUp {
+		return
+	}
+	p.pauses.Add(1)
+	timer := time.NewTimer(maxPause)
+	defer timer.Stop()
+	for {
+		ch := slow.readMoved.wait()
+		if slow.mode.Load() != modeBuffered || cursor-slow.readPos.Load() <= lag/2 {
+			// Another follower may be the slowest now.
+			if slow = p.slowestBuffered(); slow == nil || cursor-slow.readPos.Load() <= lag/2 {
+				return
+			}
+			continue
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			p.gaveUp = true
+			p.pauseGiveUps.Add(1)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // readAhead is how far the fetcher may run ahead of the first stage: a few

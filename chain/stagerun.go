@@ -69,15 +69,22 @@ type stageRun struct {
 	// stage will never read below it again. The first stage discards what
 	// every stage has passed (partitionRun.discardRead).
 	readPos atomic.Int64
+	// readMoved is notified after readPos moves (the first stage's pace
+	// waits on it).
+	readMoved signal
 
 	// Owned by the stage goroutine.
 	cursor int64
 	stream int64 // S(cursor): largest valid event time below cursor (unix nanos)
 	batch  []Event
 	recs   []Record
-	poller Poller
-	pc     *Context
-	disp   *dispatcher
+	// pollBatch is the polling mode's batch: a poller's fetch may return
+	// more records than batch holds, so it has its own slice, kept at the
+	// size it grew to instead of regrowing at every fetch.
+	pollBatch []Event
+	poller    Poller
+	pc        *Context
+	disp      *dispatcher
 	// work is the processors' and producer's context: it outlives a stop
 	// until the shutdown timeout abandons the records still in flight.
 	work context.Context
@@ -206,10 +213,11 @@ func (s *stageRun) closePoller() {
 func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 	ring := s.p.ring
 	s.readPos.Store(s.cursor)
+	s.readMoved.notify()
 	for {
 		if s.mode.Load() == modeBuffered {
 			if s.idx == 0 {
-				s.p.discardRead()
+				s.p.pace(ctx, s.cursor)
 			}
 			var b []Event
 			var err error
@@ -254,12 +262,13 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 			// clean end and stall the followers in silence).
 			return nil, fmt.Errorf("stage %q: polling at offset %d: %v", s.name, s.cursor, err)
 		}
-		b := s.batch[:0]
+		b := s.pollBatch[:0]
 		for i := range recs {
 			b = append(b, s.p.decode(&recs[i]))
 		}
 		clear(recs)
 		s.recs = recs[:0]
+		s.pollBatch = b[:0]
 		return b, nil
 	}
 }

@@ -16,6 +16,10 @@ type PartitionStats struct {
 	BufferCap    int
 	BufferLow    int64
 	BufferHigh   int64
+	// FirstStagePauses counts the first stage's pauses for a follower
+	// about to be evicted from the buffer, PauseGiveUps those that hit the
+	// bound (DESIGN.md "Stage 0 pauses, briefly").
+	FirstStagePauses, PauseGiveUps int64
 	// LeaderContact is when the partition's leader last answered the
 	// source (a Source implementing LeaderContact; zero otherwise).
 	LeaderContact time.Time
@@ -70,6 +74,9 @@ func (p *partitionRun) stats() PartitionStats {
 		Commits:       p.commits.Load(),
 		CommitErrors:  p.commitErr.Load(),
 		Restore:       p.restored.stats(time.Now()),
+
+		FirstStagePauses: p.pauses.Load(),
+		PauseGiveUps:     p.pauseGiveUps.Load(),
 	}
 	if lc, ok := p.src.(LeaderContact); ok {
 		ps.LeaderContact = lc.LeaderContact()
