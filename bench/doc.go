@@ -273,8 +273,15 @@
 // after another while all are paused) and, exactly-once, per cycle the
 // wall time from its first append to the end of its Commit
 // (AddOffsetsToTxn, TxnOffsetCommit, EndTxn) — a part of the cycle's pause,
-// whose drain before it is not visible outside the chain. The table ends
-// with a markdown table of every cell (the README's).
+// whose drain before it is not visible outside the chain. It also gives
+// the mean time from a send to its acknowledgement (a record completes,
+// and the follower's gate moves past it, only then) and how busy the cap
+// W was (DesignResult.SlotUse). The
+// table ends with a markdown table of every cell (the README's).
+// IdleTimeout defaults to 500ms here (at 100ms a fetch slower than that on
+// a loaded machine with a real broker once released a gate early: a
+// content difference, and the run failed) and Duration to 5s, so that the
+// longer tail stays small.
 //
 // # Heavy keys (HeavyKey)
 //

@@ -207,5 +207,8 @@ func TestEOSCostOptions(t *testing.T) {
 	require.NoError(t, d.validate())
 	require.Equal(t, []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second}, d.CommitIntervals)
 	require.Equal(t, []string{"B", "A"}, d.Workloads)
+	require.Equal(t, costIdleTimeout, d.IdleTimeout)
+	require.Equal(t, costDuration, d.Duration)
+	require.Equal(t, 100*time.Millisecond, Options{}.withDefaults().IdleTimeout, "the design comparison keeps its own")
 	require.Empty(t, Options{}.withDefaults().Guarantees, "the design comparison has no cost table")
 }
