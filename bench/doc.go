@@ -276,7 +276,7 @@
 // whose drain before it is not visible outside the chain. It also gives
 // the mean time from a send to its acknowledgement (a record completes,
 // and the follower's gate moves past it, only then) and how busy the cap
-// W was (DesignResult.SlotUse). The
+// W was (DesignResult.SlotUse, and SlotsIdle: no slot held at all). The
 // table ends with a markdown table of every cell (the README's).
 // IdleTimeout defaults to 500ms here (at 100ms a fetch slower than that on
 // a loaded machine with a real broker once released a gate early: a

@@ -503,7 +503,7 @@ func (r *Report) writeCost(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "  stream: %s\n", wr.Params)
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  interval\tguarantee\trecords\trec/s\telapsed\tsteady\tckpt busiest\tcommits\tcpu s\tW busy\tcorrect\tp50 ms\tp99 ms\tlatency correct\tchangelog appends; transactions (commit path: first append → EndTxn done)\n")
+		fmt.Fprintf(tw, "  interval\tguarantee\trecords\trec/s\telapsed\tsteady\tckpt busiest\tcommits\tcpu s\tW busy (all idle)\tcorrect\tp50 ms\tp99 ms\tlatency correct\tchangelog appends; transactions (commit path: first append → EndTxn done)\n")
 		for _, row := range c.Rows {
 			for _, cell := range row.Cells {
 				d := cell.Run
@@ -519,8 +519,8 @@ func (r *Report) writeCost(b *strings.Builder) {
 							t.Commits, t.CommitMeanMs, t.CommitMaxMs, t.PathMeanMs, 100*t.PathFraction, t.Aborts)
 					}
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%d\t%.0f\t%.2fs\t%v\t%d\t%d\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", row.CommitInterval, cell.Guarantee, d.Records, d.ThroughputRPS,
-					d.Elapsed, d.Steady, d.CheckpointsMost, d.Commits, d.CPUs, 100*d.SlotUse, correctText(d.Correctness), p50, p99, lc, path)
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t%.0f\t%.2fs\t%v\t%d\t%d\t%.1f\t%.0f%% (%.0f%%)\t%s\t%s\t%s\t%s\t%s\n", row.CommitInterval, cell.Guarantee, d.Records, d.ThroughputRPS,
+					d.Elapsed, d.Steady, d.CheckpointsMost, d.Commits, d.CPUs, 100*d.SlotUse, 100*d.SlotsIdle, correctText(d.Correctness), p50, p99, lc, path)
 			}
 		}
 		tw.Flush()

@@ -153,7 +153,11 @@ type DesignResult struct {
 	// SlotUse is how busy the cap W was: the time its slots were held
 	// (simulated cost plus processor, the whole run) ÷ (W × the measured
 	// window).
-	SlotUse     float64      `json:"slot_use,omitempty"`
+	SlotUse float64 `json:"slot_use,omitempty"`
+	// SlotsIdle is the time no slot of W was held (no record in
+	// processing anywhere: an exactly-once cycle's pause, the start-up)
+	// ÷ the measured window.
+	SlotsIdle   float64      `json:"slots_idle,omitempty"`
 	Correctness *Correctness `json:"correctness,omitempty"`
 	Note        string       `json:"note,omitempty"`
 

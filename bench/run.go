@@ -843,6 +843,7 @@ func (r *running) result() *DesignResult {
 		res.WaitOvershoot = d.lim.overshoot()
 		if el > 0 && s.pt.workers > 0 {
 			res.SlotUse = float64(d.lim.held.Load()) / (float64(s.pt.workers) * float64(el))
+			res.SlotsIdle = float64(d.lim.idle.Load()) / float64(el)
 		}
 	}
 	first := d.prog.first.Load()
