@@ -18,6 +18,27 @@ import (
 type limiter struct {
 	slots             chan struct{}
 	requested, waited atomic.Int64 // ns
+	// held sums the time slots were held (ns): ÷ (W × elapsed) is how
+	// busy the cap W kept (DesignResult.SlotUse).
+	held atomic.Int64
+	// inUse counts held slots; idle sums the time none was held (ns),
+	// idleSince is when the last slot was freed (unix ns; 0: one is held).
+	inUse, idle, idleSince atomic.Int64
+}
+
+// acquired and released track the time no slot is held (DesignResult.Idle).
+func (l *limiter) acquired() {
+	if l.inUse.Add(1) == 1 {
+		if since := l.idleSince.Swap(0); since > 0 {
+			l.idle.Add(time.Now().UnixNano() - since)
+		}
+	}
+}
+
+func (l *limiter) released() {
+	if l.inUse.Add(-1) == 0 {
+		l.idleSince.Store(time.Now().UnixNano())
+	}
 }
 
 func newLimiter(w int) *limiter { return &limiter{slots: make(chan struct{}, w)} }
@@ -52,7 +73,13 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-c.lim.slots }()
+	held := time.Now()
+	c.lim.acquired()
+	defer func() {
+		c.lim.held.Add(int64(time.Since(held)))
+		c.lim.released()
+		<-c.lim.slots
+	}()
 	if d := costOf(ev.Headers); d > 0 {
 		t0 := time.Now()
 		t := time.NewTimer(d)

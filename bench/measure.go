@@ -243,9 +243,11 @@ type ackLog struct {
 type ackProducer struct {
 	inner chain.Producer
 	log   *ackLog
+	t     *txnTimer // the cost table's runs: times each send's acknowledgement
 }
 
 func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
+	done = a.t.timeSend(done)
 	if a.log == nil {
 		a.inner.Produce(ctx, msgs, done)
 		return

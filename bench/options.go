@@ -121,6 +121,26 @@ type Options struct {
 	// repeat of the throughput phase, checks it, and reports its cost per
 	// record (see velocity.go). Default 0: not run.
 	Velocity time.Duration
+	// EOSCost measures the exactly-once cost table (issue #12) instead of
+	// the design comparison: for each workload (A and B only; default B
+	// then A), each of CommitIntervals and each of Guarantees, the chain
+	// (Pebble state and a changelog, as `differential run` by default) in
+	// a throughput run sized by time — at least 12.5 of its commit
+	// intervals, ten checkpoints and ten commits — and a latency run, both
+	// checked against the reference model (exactly-once's outputs read
+	// read_committed). All rows use Gate, unless chain.New refuses
+	// exactly-once with it: then both guarantees use the partition-scoped
+	// gate, and the table says so.
+	EOSCost bool
+	// With EOSCost, IdleTimeout defaults to 500ms and Duration to 5s.
+	//
+	// Guarantees are the delivery guarantees of the cost table, any of
+	// GuaranteeAtLeastOnce and GuaranteeExactlyOnce. Default both. Only
+	// with EOSCost.
+	Guarantees []string
+	// CommitIntervals are the cost table's commit intervals. Default 100ms,
+	// 1s, 5s (Quick: 50ms, 100ms, 250ms). Only with EOSCost.
+	CommitIntervals []time.Duration
 	// Progress receives one line per step (the CLI passes stderr). Default:
 	// discard.
 	Progress io.Writer
@@ -138,6 +158,20 @@ func (o Options) Defaults() Options { return o.withDefaults() }
 func (o Options) withDefaults() Options {
 	if len(o.Workloads) == 0 {
 		o.Workloads = slices.Clone(Workloads)
+		if o.EOSCost {
+			o.Workloads = []string{"B", "A"}
+		}
+	}
+	if o.EOSCost {
+		if len(o.Guarantees) == 0 {
+			o.Guarantees = slices.Clone(Guarantees)
+		}
+		if len(o.CommitIntervals) == 0 {
+			o.CommitIntervals = []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second}
+			if o.Quick {
+				o.CommitIntervals = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+			}
+		}
 	}
 	for i, w := range o.Workloads {
 		o.Workloads[i] = strings.ToUpper(strings.TrimSpace(w))
@@ -173,6 +207,15 @@ func (o Options) withDefaults() Options {
 	}
 	defDur(&o.CostMedian, defaultCost)
 	defDur(&o.BatchLinger, 100*time.Millisecond)
+	if o.EOSCost {
+		// A fetch slower than 100 ms on a loaded machine with a real broker
+		// released a gate early once (a content difference fails the run);
+		// longer runs keep the longer tail small.
+		defDur(&o.IdleTimeout, costIdleTimeout)
+		if !o.Quick {
+			defDur(&o.Duration, costDuration)
+		}
+	}
 	defDur(&o.IdleTimeout, 100*time.Millisecond)
 	defDur(&o.Timeout, 10*time.Minute)
 	if o.Quick {
@@ -234,6 +277,7 @@ func (o Options) validate() error {
 		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
 	}
 	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
+	errs = append(errs, o.validateCost()...)
 	if o.Velocity > 0 {
 		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
@@ -311,3 +355,43 @@ func (o Options) points() []point {
 
 // defaultCost is the default median of A's and C's cost draws.
 const defaultCost = time.Millisecond
+
+// validateCost checks the exactly-once cost table's options.
+func (o Options) validateCost() []error {
+	var errs []error
+	if !o.EOSCost {
+		if len(o.Guarantees) > 0 || len(o.CommitIntervals) > 0 {
+			errs = append(errs, errors.New("bench: Guarantees and CommitIntervals are for the exactly-once cost table (EOSCost)"))
+		}
+		return errs
+	}
+	if o.SVGPath != "" {
+		errs = append(errs, errors.New("bench: the exactly-once cost table draws no charts: drop SVGPath (the JSON has every cell)"))
+	}
+	for _, w := range o.Workloads {
+		if w == "C" {
+			errs = append(errs, errors.New("bench: the exactly-once cost table runs workloads A and B, not C"))
+		}
+	}
+	for i, g := range o.Guarantees {
+		if !slices.Contains(Guarantees, g) {
+			errs = append(errs, fmt.Errorf("bench: unknown guarantee %q (want %s or %s)", g, GuaranteeAtLeastOnce, GuaranteeExactlyOnce))
+		} else if slices.Contains(o.Guarantees[:i], g) {
+			errs = append(errs, fmt.Errorf("bench: guarantee %q given twice", g))
+		}
+	}
+	for i, iv := range o.CommitIntervals {
+		if iv <= 0 {
+			errs = append(errs, fmt.Errorf("bench: commit intervals must be > 0, got %v", iv))
+		} else if slices.Contains(o.CommitIntervals[:i], iv) {
+			errs = append(errs, fmt.Errorf("bench: commit interval %v given twice", iv))
+		}
+	}
+	return errs
+}
+
+// The cost table's defaults of IdleTimeout and Duration (Options.EOSCost).
+const (
+	costIdleTimeout = 500 * time.Millisecond
+	costDuration    = 5 * time.Second
+)

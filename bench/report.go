@@ -30,6 +30,11 @@ type Report struct {
 	Repeats           int              `json:"-"`
 	Workloads         []WorkloadResult `json:"-"`
 	Targets           []Target         `json:"-"`
+	// EOSCost: the run measured the exactly-once cost table
+	// (Options.EOSCost) with these guarantees and commit intervals.
+	EOSCost         bool     `json:"-"`
+	Guarantees      []string `json:"-"`
+	CommitIntervals string   `json:"-"`
 }
 
 // WorkloadResult is one workload at one partition and worker count: one
@@ -86,6 +91,9 @@ type WorkloadResult struct {
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
 	// Velocity is the chain with the velocity stage (Options.Velocity).
 	Velocity *VelocityResult `json:"velocity,omitempty"`
+	// EOSCost is the exactly-once cost table (Options.EOSCost; the
+	// designs' fields above are then empty).
+	EOSCost *CostResult `json:"eos_cost,omitempty"`
 }
 
 // SweepPoint is the strongest micro-batch at one batch size.
@@ -141,9 +149,17 @@ type DesignResult struct {
 	EfficiencyOwn *float64 `json:"efficiency_own,omitempty"`
 	// WaitOvershoot is how much longer the simulated costs' timers waited
 	// than asked, overall (0.1 = 10% longer).
-	WaitOvershoot float64      `json:"wait_overshoot,omitempty"`
-	Correctness   *Correctness `json:"correctness,omitempty"`
-	Note          string       `json:"note,omitempty"`
+	WaitOvershoot float64 `json:"wait_overshoot,omitempty"`
+	// SlotUse is how busy the cap W was: the time its slots were held
+	// (simulated cost plus processor, the whole run) ÷ (W × the measured
+	// window).
+	SlotUse float64 `json:"slot_use,omitempty"`
+	// SlotsIdle is the time no slot of W was held (no record in
+	// processing anywhere: an exactly-once cycle's pause, the start-up)
+	// ÷ the measured window.
+	SlotsIdle   float64      `json:"slots_idle,omitempty"`
+	Correctness *Correctness `json:"correctness,omitempty"`
+	Note        string       `json:"note,omitempty"`
 
 	// Latency-phase fields, moved to a LatencyResult by latencyPhase.
 	P50ms, P99ms           *float64 `json:"-"`
@@ -152,6 +168,7 @@ type DesignResult struct {
 
 	series    []seriesPoint
 	latencies []time.Duration
+	txn       *TxnStats // the cost table's runs (CostCell.Txn)
 }
 
 // LatencyResult is one design's latency-phase run.
@@ -335,6 +352,9 @@ func targets(ws []WorkloadResult) []Target {
 	}
 	for i := range ws {
 		w := &ws[i]
+		if w.EOSCost != nil {
+			ts = append(ts, w.EOSCost.targets(w.Workload)...)
+		}
 		if w.Chain == nil {
 			continue
 		}

@@ -57,8 +57,15 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if len(o.Brokers) > 0 {
 		rep.Broker = fmt.Sprint(o.Brokers)
 	}
+	if o.EOSCost {
+		rep.EOSCost, rep.Guarantees, rep.CommitIntervals = true, o.Guarantees, fmt.Sprint(o.CommitIntervals)
+	}
 	for _, pt := range o.points() {
-		wr, err := h.runPoint(ctx, pt)
+		run := h.runPoint
+		if o.EOSCost {
+			run = h.runCost
+		}
+		wr, err := run(ctx, pt)
 		if wr != nil {
 			rep.Workloads = append(rep.Workloads, *wr)
 		}
@@ -372,6 +379,10 @@ type chainVariant struct {
 	// commitInterval, when set, replaces Options.CommitInterval; the
 	// variant's runs then last at least 12.5 of its intervals.
 	commitInterval time.Duration
+	// guarantee, when set (the exactly-once cost table), gives the chain a
+	// changelog and, for exactly-once, a Transactor instead of the
+	// producer (costWiring).
+	guarantee string
 }
 
 // chainVariants are the chain configurations Run measures at point pt:
@@ -625,6 +636,14 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 		return nil, err
 	}
 	r := run.result()
+	if d.txn != nil {
+		r.txn = d.txn.stats(r.Elapsed)
+		r.Note += fmt.Sprintf("; send→ack mean %.1fms; %d changelog appends (mean %.1fms)", r.txn.SendMeanMs, r.txn.Appends, r.txn.AppendMeanMs)
+		if r.txn.Commits > 0 || r.txn.Aborts > 0 {
+			r.Note += fmt.Sprintf("; %d txns, commit mean %.1fms (max %.1fms), commit path mean %.1fms = %.0f%% of the window; %d aborts",
+				r.txn.Commits, r.txn.CommitMeanMs, r.txn.CommitMaxMs, r.txn.PathMeanMs, 100*r.txn.PathFraction, r.txn.Aborts)
+		}
+	}
 	sizing := s.exp == nil && s.expect != nil && r.Elapsed < s.minElapsed
 	switch {
 	case sizing:
@@ -645,6 +664,9 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 		h.latency(run, r)
 	}
 	what := string(s.kind)
+	if s.variant != nil && s.variant.guarantee != "" {
+		what = s.variant.name
+	}
 	if s.batch > 0 {
 		what += fmt.Sprintf(" batch %d", s.batch)
 	}
@@ -819,6 +841,10 @@ func (r *running) result() *DesignResult {
 	}
 	if d.lim != nil {
 		res.WaitOvershoot = d.lim.overshoot()
+		if el > 0 && s.pt.workers > 0 {
+			res.SlotUse = float64(d.lim.held.Load()) / (float64(s.pt.workers) * float64(el))
+			res.SlotsIdle = float64(d.lim.idle.Load()) / float64(el)
+		}
 	}
 	first := d.prog.first.Load()
 	for _, sm := range r.smp.samples {
@@ -914,11 +940,11 @@ func noteText(n string) string {
 }
 
 func (h *harness) check(d *design, exp *expectation) (Correctness, error) {
-	outs, err := h.c.ReadAll(d.out, false)
+	outs, err := h.c.ReadAll(d.out, d.committed)
 	if err != nil {
 		return Correctness{}, err
 	}
-	dlq, err := h.c.ReadAll(d.dlq, false)
+	dlq, err := h.c.ReadAll(d.dlq, d.committed)
 	if err != nil {
 		return Correctness{}, err
 	}
@@ -935,6 +961,10 @@ type design struct {
 	out, dlq string
 	acks     *ackLog
 	lim      *limiter
+	// committed: the outputs are read back read_committed (exactly-once).
+	committed bool
+	// txn times the commit path (the exactly-once cost table's runs).
+	txn      *txnTimer
 	closers  []func() error
 	flushers []func() error
 }
@@ -1042,9 +1072,22 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 			buf = o.PollingBufferSize
 		}
 		opts := []chain.Option{
-			chain.WithStore(countingStore{st, d.ev}), chain.WithProducer(ap), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
+			chain.WithStore(countingStore{st, d.ev}), chain.WithOutputTopic(d.out), chain.WithDLQTopic(d.dlq),
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.commitInterval(s.variant)),
 			chain.WithObserver(chainObserver{d.prog, lastStage(cfg), d.ev}), chain.WithLogger(o.Logger),
+		}
+		if s.variant != nil && s.variant.guarantee != "" {
+			// The exactly-once cost table: a changelog, and the Transactor
+			// for exactly-once.
+			delivery, tt, err := h.costWiring(d, s, group)
+			if err != nil {
+				d.close()
+				return nil, err
+			}
+			opts, d.txn, ap.t = append(opts, delivery...), tt, tt
+		}
+		if !d.committed {
+			opts = append(opts, chain.WithProducer(ap))
 		}
 		if s.variant != nil {
 			opts = append(opts, s.variant.options...)

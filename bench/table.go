@@ -33,6 +33,12 @@ func designLabel(d *DesignResult) string {
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store)
+	if r.EOSCost {
+		r.writeCost(&b)
+		r.writeTargets(&b)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	if r.Records > 0 {
 		fmt.Fprintf(&b, "every throughput run consumes %d records of its point's stream (fixed: runs shorter than %.2fs are not steady state)", r.Records, r.Duration)
 	} else {
@@ -46,9 +52,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for i := range r.Workloads {
 		r.writeWorkload(&b, &r.Workloads[i])
 	}
+	r.writeTargets(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeTargets prints the targets checked.
+func (r *Report) writeTargets(b *strings.Builder) {
 	if len(r.Targets) > 0 {
 		b.WriteString("\ntargets (one run)\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		for _, t := range r.Targets {
 			met := "MET"
 			switch {
@@ -66,8 +79,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		tw.Flush()
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/differential-dev/differential/bench"
 	"github.com/differential-dev/differential/chain"
@@ -20,7 +21,11 @@ design the engine replaces). A and C measure the chain under --gate (the
 headline) and under the other gate scope (--one-gate: --gate only). Every
 throughput run is sized by time (at least --duration, which holds ten or
 more of the chain's checkpoints and commits), and every run's outputs are
-checked against the reference model (exit 1 if any design is incorrect). Without --brokers it starts an embedded broker. The flags map
+checked against the reference model (exit 1 if any design is incorrect).
+--eos-cost measures instead the exactly-once cost table (issue #12): workloads
+B and A, each of --guarantees at each of --commit-intervals, throughput and
+p99 side by side, every run checked (exactly-once's outputs read
+read_committed). Without --brokers it starts an embedded broker. The flags map
 one to one onto bench.Options; 0 or empty means bench's default, given in
 each flag's help. Progress goes to stderr, the report table to stdout.`
 
@@ -32,7 +37,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs := newFlagSet("bench", benchSynopsis, e)
 	fs.Var(listValue{&o.Brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,...]`; empty: an embedded broker")
 	fs.Var(listValue{&workloads}, "workloads", "workloads to run, any of `A,B,C` (default all)")
-	fs.Var(durationValue{&o.Duration}, "duration", "least `duration` of every throughput run; inputs are sized by each design's throughput to last it (default 12.5 × --commit-interval: 2.5s; --quick 0.625s)")
+	fs.Var(durationValue{&o.Duration}, "duration", "least `duration` of every throughput run; inputs are sized by each design's throughput to last it (default 12.5 × --commit-interval: 2.5s; --quick 0.625s; --eos-cost 5s)")
 	fs.Var(durationValue{&o.CommitInterval}, "commit-interval", "the chain's checkpoint and commit interval, a `duration` (default 200ms; --quick 50ms)")
 	fs.IntVar(&o.Records, "records", 0, "fix every design run's input to this many records instead of sizing it by time")
 	fs.IntVar(&o.Partitions, "partitions", 0, "input partitions of A and B (default 8)")
@@ -52,7 +57,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.Var(enumValue{&gate, gateValues}, "gate", gateUsage)
 	fs.BoolVar(&o.OneGate, "one-gate", false, "measure the chain with --gate only (A and C also measure the other gate scope by default)")
 	fs.IntVar(&o.PollingBufferSize, "polling-buffer", 0, "the tiny buffer of the polling-fallback measurement (default 32)")
-	fs.Var(durationValue{&o.IdleTimeout}, "idle-timeout", "idle release `duration` of both designs (default 100ms)")
+	fs.Var(durationValue{&o.IdleTimeout}, "idle-timeout", "idle release `duration` of both designs (default 100ms; --eos-cost 500ms)")
 	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "latency-phase load, a fraction of the slower design's throughput in each comparison (default 0.5)")
 	fs.Var(durationValue{&o.LatencyDuration}, "latency-duration", "the `duration` the latency phase feeds input (default 6s; --quick 1s)")
 	fs.BoolVar(&o.NoLatency, "no-latency", false, "skip the latency phase")
@@ -60,6 +65,9 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.Dir, "dir", "", "`directory` for the Pebble stores (default the system's temporary directory)")
 	fs.Var(durationValue{&o.Timeout}, "timeout", "bound on one design run, a `duration` (default 10m)")
 	fs.Var(durationValue{&o.Velocity}, "velocity-window", "also run B's chain with the velocity stage over this `duration` (threshold 20) and report its cost per record (default 0: not)")
+	fs.BoolVar(&o.EOSCost, "eos-cost", false, "measure the exactly-once cost table instead of the design comparison: workloads B and A (--workloads), each of --guarantees at each of --commit-intervals")
+	fs.Var(listValue{&o.Guarantees}, "guarantees", "--eos-cost: delivery `guarantees`, any of at-least-once,exactly-once (default both)")
+	fs.Var(durationListValue{&o.CommitIntervals}, "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 100ms,1s,5s; --quick 50ms,100ms,250ms)")
 	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -90,6 +98,9 @@ func checkBenchOptions(o *bench.Options) error {
 		if !slices.Contains(bench.Workloads, strings.ToUpper(w)) {
 			return usagef("--workloads: unknown workload %q (want %s)", w, strings.Join(bench.Workloads, ", "))
 		}
+	}
+	if err := checkCostOptions(o); err != nil {
+		return err
 	}
 	if len(o.Brokers) > 0 {
 		if err := checkBrokers("brokers", o.Brokers); err != nil {
@@ -158,6 +169,75 @@ func (l intListValue) Set(s string) error {
 			return fmt.Errorf("not a list of integers (e.g. 500,2000): %q", s)
 		}
 		out = append(out, n)
+	}
+	*l.p = out
+	return nil
+}
+
+// checkCostOptions rejects, as usage errors naming the flag, bad
+// --eos-cost, --guarantees and --commit-intervals values.
+func checkCostOptions(o *bench.Options) error {
+	if !o.EOSCost {
+		switch {
+		case len(o.Guarantees) > 0:
+			return usagef("--guarantees is for --eos-cost (the exactly-once cost table)")
+		case len(o.CommitIntervals) > 0:
+			return usagef("--commit-intervals is for --eos-cost (the exactly-once cost table); the design comparison takes one --commit-interval")
+		}
+		return nil
+	}
+	for _, w := range o.Workloads {
+		if strings.ToUpper(w) == "C" {
+			return usagef("--workloads: the exactly-once cost table runs A and B, not C")
+		}
+	}
+	if o.SVGPath != "" {
+		return usagef("--svg: the exactly-once cost table draws no charts (--json has every cell)")
+	}
+	for i, g := range o.Guarantees {
+		if !slices.Contains(bench.Guarantees, g) {
+			return usagef("--guarantees: unknown guarantee %q (want %s)", g, strings.Join(bench.Guarantees, " or "))
+		}
+		if slices.Contains(o.Guarantees[:i], g) {
+			return usagef("--guarantees: %q given twice", g)
+		}
+	}
+	for i, iv := range o.CommitIntervals {
+		if iv <= 0 {
+			return usagef("--commit-intervals: every interval must be > 0, got %v", iv)
+		}
+		if slices.Contains(o.CommitIntervals[:i], iv) {
+			return usagef("--commit-intervals: %v given twice", iv)
+		}
+	}
+	return nil
+}
+
+// durationListValue is a comma-separated list of durations.
+type durationListValue struct{ p *[]time.Duration }
+
+func (l durationListValue) String() string {
+	if l.p == nil || len(*l.p) == 0 {
+		return ""
+	}
+	parts := make([]string, len(*l.p))
+	for i, d := range *l.p {
+		parts[i] = formatDuration(d)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l durationListValue) Set(s string) error {
+	var out []time.Duration
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		d, err := parseDuration(x)
+		if err != nil {
+			return fmt.Errorf("not a list of durations (e.g. 100ms,1s,5s): %q", s)
+		}
+		out = append(out, d)
 	}
 	*l.p = out
 	return nil
