@@ -330,8 +330,9 @@ func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle t
 // floorExcess splits the outputs latencyFloors measures by how their gate
 // opens (idle release or a later record) and returns, for each group, its
 // latencies above the floor (latency − floor), sorted: where a design's
-// latency above the floor goes.
-func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (byIdle, byRecord []time.Duration) {
+// latency above the floor goes. The record-opened ones are split by the
+// input's stage (1: install, 2: purchase).
+func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (byIdle []time.Duration, byRecord [3][]time.Duration) {
 	for _, a := range acks {
 		fl, viaIdle, ok := latencyFloor(a, f, from, to, e, idle)
 		if !ok {
@@ -341,11 +342,17 @@ func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle tim
 		if viaIdle {
 			byIdle = append(byIdle, x)
 		} else {
-			byRecord = append(byRecord, x)
+			st := 0
+			if ps := e.paths[a.src.partition]; a.src.offset < int64(len(ps)) {
+				st = min(max(ps[a.src.offset].stage, 0), 2)
+			}
+			byRecord[st] = append(byRecord[st], x)
 		}
 	}
 	slices.Sort(byIdle)
-	slices.Sort(byRecord)
+	for i := range byRecord {
+		slices.Sort(byRecord[i])
+	}
 	return byIdle, byRecord
 }
 

@@ -897,8 +897,13 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		res.ProduceP50ms, res.ProduceP99ms = &p50, &p99
 	}
 	byIdle, byRecord := floorExcess(acks, f, from, to, s.exp, h.o.IdleTimeout)
-	res.excess = fmt.Sprintf(" (above floor: idle-opened n=%d p50 %.1fms p99 %.1fms; record-opened n=%d p50 %.1fms p99 %.1fms)",
-		len(byIdle), ms(quantile(byIdle, 0.5)), ms(quantile(byIdle, 0.99)), len(byRecord), ms(quantile(byRecord, 0.5)), ms(quantile(byRecord, 0.99)))
+	res.excess = fmt.Sprintf(" (above floor: idle-opened n=%d p50 %.1fms p99 %.1fms", len(byIdle), ms(quantile(byIdle, 0.5)), ms(quantile(byIdle, 0.99)))
+	for st, name := range []string{"other", "install", "purchase"} {
+		if x := byRecord[st]; len(x) > 0 {
+			res.excess += fmt.Sprintf("; record-opened %s n=%d p50 %.1fms p99 %.1fms", name, len(x), ms(quantile(x, 0.5)), ms(quantile(x, 0.99)))
+		}
+	}
+	res.excess += ")"
 	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.FloorP50ms, res.FloorP99ms = &p50, &p99
