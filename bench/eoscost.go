@@ -406,7 +406,7 @@ func (a *ackTransactor) Commit(ctx context.Context, offsets []chain.TxnOffset) e
 		a.mu.Unlock()
 		a.log.mu.Lock()
 		for _, s := range pending {
-			a.log.acks = append(a.log.acks, ack{s, now})
+			a.log.acks = append(a.log.acks, ack{src: s, at: now}) // no hand-off time: producePath skips it
 		}
 		a.log.mu.Unlock()
 	}

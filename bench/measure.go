@@ -229,6 +229,9 @@ func sourceOf(hs []chain.Header) (source, bool) {
 type ack struct {
 	src source
 	at  int64 // unix ns
+	// called is when the design handed the output to the producer (unix
+	// ns): at − called is the produce path (linger, request, broker ack).
+	called int64
 }
 
 // ackLog collects the acknowledgement time of every output.
@@ -252,6 +255,7 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 		a.inner.Produce(ctx, msgs, done)
 		return
 	}
+	called := time.Now().UnixNano()
 	srcs := make([]source, 0, len(msgs))
 	for i := range msgs {
 		if s, ok := sourceOf(msgs[i].Headers); ok {
@@ -263,7 +267,7 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 			now := time.Now().UnixNano()
 			a.log.mu.Lock()
 			for _, s := range srcs {
-				a.log.acks = append(a.log.acks, ack{s, now})
+				a.log.acks = append(a.log.acks, ack{s, now, called})
 			}
 			a.log.mu.Unlock()
 		}
@@ -277,6 +281,9 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
 	out := make([]time.Duration, 0, len(acks))
 	for _, a := range acks {
+		if a.called == 0 { // exactly-once cost runs: visible at EndTxn, no hand-off time
+			continue
+		}
 		if int(a.src.partition) >= len(f.sentAt) || a.src.offset >= int64(len(f.sentAt[a.src.partition])) {
 			continue
 		}
@@ -285,6 +292,24 @@ func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
 			continue
 		}
 		out = append(out, time.Duration(a.at-sent))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// producePath returns, for the same outputs as latencies, how long the
+// producer held each one (acknowledgement − Produce call), sorted: the part
+// of the latency spent after the design released the output.
+func producePath(acks []ack, f *feeder, from, to int64) []time.Duration {
+	out := make([]time.Duration, 0, len(acks))
+	for _, a := range acks {
+		if int(a.src.partition) >= len(f.sentAt) || a.src.offset >= int64(len(f.sentAt[a.src.partition])) {
+			continue
+		}
+		if sent := f.sentAt[a.src.partition][a.src.offset].Load(); sent < from || sent > to {
+			continue
+		}
+		out = append(out, time.Duration(a.at-a.called))
 	}
 	slices.Sort(out)
 	return out
@@ -299,43 +324,81 @@ func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
 func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) []time.Duration {
 	out := make([]time.Duration, 0, len(acks))
 	for _, a := range acks {
-		p, o := a.src.partition, a.src.offset
-		if int(p) >= len(f.sentAt) || o >= int64(len(f.sentAt[p])) {
-			continue
+		if fl, _, ok := latencyFloor(a, f, from, to, e, idle); ok {
+			out = append(out, fl)
 		}
-		sent := f.sentAt[p][o].Load()
-		g, ok := e.gate[a.src]
-		if sent < from || sent > to || !ok {
-			continue
-		}
-		if g.after < 0 {
-			g.after = int64(len(f.sentAt[p])) // only the idle release opens it
-		}
-		wait := time.Duration(0)
-		if g.after > o {
-			n := int64(len(f.sentAt[p]))
-			open, prev := int64(-1), sent
-			for k := o + 1; k <= g.after && k < n; k++ {
-				at := f.sentAt[p][k].Load()
-				if time.Duration(at-prev) > idle {
-					open = prev + int64(idle)
-					break
-				}
-				if k == g.after {
-					open = at
-					break
-				}
-				prev = at
-			}
-			if open < 0 {
-				open = prev + int64(idle)
-			}
-			wait = max(time.Duration(open-sent), 0)
-		}
-		out = append(out, wait+g.cost)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// floorExcess splits the outputs latencyFloors measures by how their gate
+// opens (idle release or a later record) and returns, for each group, its
+// latencies above the floor (latency − floor), sorted: where a design's
+// latency above the floor goes. The record-opened ones are split by the
+// input's stage (1: install, 2: purchase).
+func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (byIdle []time.Duration, byRecord [3][]time.Duration) {
+	for _, a := range acks {
+		fl, viaIdle, ok := latencyFloor(a, f, from, to, e, idle)
+		if !ok {
+			continue
+		}
+		x := time.Duration(a.at-f.sentAt[a.src.partition][a.src.offset].Load()) - fl
+		if viaIdle {
+			byIdle = append(byIdle, x)
+		} else {
+			st := 0
+			if ps := e.paths[a.src.partition]; a.src.offset < int64(len(ps)) {
+				st = min(max(ps[a.src.offset].stage, 0), 2)
+			}
+			byRecord[st] = append(byRecord[st], x)
+		}
+	}
+	slices.Sort(byIdle)
+	for i := range byRecord {
+		slices.Sort(byRecord[i])
+	}
+	return byIdle, byRecord
+}
+
+// latencyFloor is one output's floor (see latencyFloors) and whether the
+// idle release opens its gate.
+func latencyFloor(a ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (floor time.Duration, viaIdle, ok bool) {
+	p, o := a.src.partition, a.src.offset
+	if int(p) >= len(f.sentAt) || o >= int64(len(f.sentAt[p])) {
+		return 0, false, false
+	}
+	sent := f.sentAt[p][o].Load()
+	g, ok := e.gate[a.src]
+	if sent < from || sent > to || !ok {
+		return 0, false, false
+	}
+	if g.after < 0 {
+		g.after = int64(len(f.sentAt[p])) // only the idle release opens it
+	}
+	wait := time.Duration(0)
+	if g.after > o {
+		n := int64(len(f.sentAt[p]))
+		open, prev := int64(-1), sent
+		for k := o + 1; k <= g.after && k < n; k++ {
+			at := f.sentAt[p][k].Load()
+			if time.Duration(at-prev) > idle {
+				open = prev + int64(idle)
+				break
+			}
+			if k == g.after {
+				open = at
+				break
+			}
+			prev = at
+		}
+		if open < 0 {
+			open = prev + int64(idle)
+		}
+		viaIdle = open != f.sentAt[p][min(g.after, n-1)].Load() || g.after >= n
+		wait = max(time.Duration(open-sent), 0)
+	}
+	return wait + g.cost, viaIdle, true
 }
 
 // quantile is the nearest-rank q-quantile of sorted durations.

@@ -162,20 +162,27 @@ type DesignResult struct {
 	Note        string       `json:"note,omitempty"`
 
 	// Latency-phase fields, moved to a LatencyResult by latencyPhase.
-	P50ms, P99ms           *float64 `json:"-"`
-	FloorP50ms, FloorP99ms *float64 `json:"-"`
-	LatencyOutputs         int      `json:"-"`
+	P50ms, P99ms               *float64 `json:"-"`
+	FloorP50ms, FloorP99ms     *float64 `json:"-"`
+	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
+	LatencyOutputs             int      `json:"-"`
 
 	series    []seriesPoint
 	latencies []time.Duration
 	txn       *TxnStats // the cost table's runs (CostCell.Txn)
+	excess    string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.
 type LatencyResult struct {
-	P50ms   *float64 `json:"p50_ms"`
-	P99ms   *float64 `json:"p99_ms"`
-	Outputs int      `json:"outputs"`
+	P50ms *float64 `json:"p50_ms"`
+	P99ms *float64 `json:"p99_ms"`
+	// ProduceP50ms and ProduceP99ms are the same quantiles of the produce
+	// path alone: acknowledgement − the design's Produce call (producer
+	// linger, request, broker ack), the part of the latency after release.
+	ProduceP50ms *float64 `json:"produce_p50_ms,omitempty"`
+	ProduceP99ms *float64 `json:"produce_p99_ms,omitempty"`
+	Outputs      int      `json:"outputs"`
 	// Checkpoints (synced writes) and Commits during the run.
 	Checkpoints int          `json:"checkpoint_syncs"`
 	Commits     int          `json:"commits"`

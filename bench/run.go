@@ -552,7 +552,8 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		if err != nil {
 			return err
 		}
-		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, Outputs: r.LatencyOutputs, Correctness: r.Correctness,
+		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
+			Outputs: r.LatencyOutputs, Correctness: r.Correctness,
 			Checkpoints: r.Syncs, Commits: r.Commits, latencies: r.latencies}
 		if k == kindChain {
 			cmp.Chain = l
@@ -917,6 +918,18 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
 		res.P50ms, res.P99ms = &p50, &p99
 	}
+	if pp := producePath(acks, f, from, to); len(pp) > 0 {
+		p50, p99 := ms(quantile(pp, 0.5)), ms(quantile(pp, 0.99))
+		res.ProduceP50ms, res.ProduceP99ms = &p50, &p99
+	}
+	byIdle, byRecord := floorExcess(acks, f, from, to, s.exp, h.o.IdleTimeout)
+	res.excess = fmt.Sprintf(" (above floor: idle-opened n=%d p50 %.1fms p99 %.1fms", len(byIdle), ms(quantile(byIdle, 0.5)), ms(quantile(byIdle, 0.99)))
+	for st, name := range []string{"other", "install", "purchase"} {
+		if x := byRecord[st]; len(x) > 0 {
+			res.excess += fmt.Sprintf("; record-opened %s n=%d p50 %.1fms p99 %.1fms", name, len(x), ms(quantile(x, 0.5)), ms(quantile(x, 0.99)))
+		}
+	}
+	res.excess += ")"
 	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.FloorP50ms, res.FloorP99ms = &p50, &p99
@@ -929,7 +942,14 @@ func latencyText(r *DesignResult) string {
 	if r.P50ms == nil {
 		return ""
 	}
-	return fmt.Sprintf("  p50 %.1fms p99 %.1fms", *r.P50ms, *r.P99ms)
+	t := fmt.Sprintf("  p50 %.1fms p99 %.1fms", *r.P50ms, *r.P99ms)
+	if r.ProduceP99ms != nil {
+		t += fmt.Sprintf(" (produce path p50 %.1fms p99 %.1fms)", *r.ProduceP50ms, *r.ProduceP99ms)
+	}
+	if r.FloorP99ms != nil {
+		t += fmt.Sprintf(" (gate floor p50 %.1fms p99 %.1fms)", *r.FloorP50ms, *r.FloorP99ms) + r.excess
+	}
+	return t
 }
 
 func noteText(n string) string {
