@@ -281,9 +281,6 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
 	out := make([]time.Duration, 0, len(acks))
 	for _, a := range acks {
-		if a.called == 0 { // exactly-once cost runs: visible at EndTxn, no hand-off time
-			continue
-		}
 		if int(a.src.partition) >= len(f.sentAt) || a.src.offset >= int64(len(f.sentAt[a.src.partition])) {
 			continue
 		}
@@ -303,6 +300,9 @@ func latencies(acks []ack, f *feeder, from, to int64) []time.Duration {
 func producePath(acks []ack, f *feeder, from, to int64) []time.Duration {
 	out := make([]time.Duration, 0, len(acks))
 	for _, a := range acks {
+		if a.called == 0 { // exactly-once cost runs: visible at EndTxn, no hand-off time
+			continue
+		}
 		if int(a.src.partition) >= len(f.sentAt) || a.src.offset >= int64(len(f.sentAt[a.src.partition])) {
 			continue
 		}
