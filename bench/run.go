@@ -323,14 +323,14 @@ func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint floa
 	if n == 0 {
 		n = o.sizeFor(hint, s.batch)
 	}
-	const tries = 5
+	const tries = 6
 	for try := 1; ; try++ {
 		// The last try is checked and reported whatever its length.
 		r, err := h.measureOn(ctx, pr, s, n, try < tries)
 		if err != nil || o.Records > 0 || r.Steady || try == tries {
 			return r, err
 		}
-		next := max(o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.2))
+		next := max(o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.5))
 		h.progressf("    %.2fs is shorter than %v (or too few checkpoints): again on %d records", r.Elapsed, o.Duration, next)
 		n = next
 	}
