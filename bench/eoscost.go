@@ -158,11 +158,7 @@ func (probeChangelog) Partition(string, int32) (chain.ChangelogPartition, error)
 // slower cell's throughput.
 func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error) {
 	t0 := time.Now()
-	n0 := h.o.sizeFor(1.5*chainGuess(pt), 0)
-	if h.o.Records > 0 {
-		n0 = h.o.Records
-	}
-	pr := &pointRun{h: h, pt: pt, st: newStream(pt.wc, n0)}
+	pr := h.newPointRun(pt)
 	defer pr.close()
 	gate, note := eosGate(h.cfg, h.o.Gate, pt.workers)
 	cr := &CostResult{Gate: string(gate), GateNote: note}

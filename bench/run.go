@@ -185,11 +185,7 @@ func chainGuess(pt point) float64 {
 func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, error) {
 	P := pt.wc.Partitions
 	t0 := time.Now()
-	n0 := h.o.sizeFor(1.5*chainGuess(pt), 0)
-	if h.o.Records > 0 {
-		n0 = h.o.Records
-	}
-	pr := &pointRun{h: h, pt: pt, st: newStream(pt.wc, n0)}
+	pr := h.newPointRun(pt)
 	defer pr.close()
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
@@ -1237,4 +1233,14 @@ func sum(xs []int64) int64 {
 		n += x
 	}
 	return n
+}
+
+// newPointRun starts point pt's stream, sized for 1.5× the chain's guessed
+// throughput over Duration (or Options.Records); runs take its prefixes.
+func (h *harness) newPointRun(pt point) *pointRun {
+	n0 := h.o.sizeFor(1.5*chainGuess(pt), 0)
+	if h.o.Records > 0 {
+		n0 = h.o.Records
+	}
+	return &pointRun{h: h, pt: pt, st: newStream(pt.wc, n0)}
 }
