@@ -187,9 +187,9 @@ func TestCascadedFloorIsAtLeastOneHorizon(t *testing.T) {
 // floor when the run has it, naming the one-horizon and admission ratios
 // beside it; a report without it (older JSON) keeps the one-horizon target.
 func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
-	p99, one, rules, adm := 110.0, 50.0, 100.0, 108.0
+	p99, one, rules, adm, base, lower := 110.0, 50.0, 100.0, 108.0, 600.0, 600.0/110
 	w := WorkloadResult{Workload: "A", Chain: &DesignResult{Design: string(kindChain)},
-		VsDesign6: &Comparison{Chain: &LatencyResult{P99ms: &p99}, FloorP99ms: &one, RulesFloorP99ms: &rules, AdmissionFloorP99ms: &adm}}
+		VsDesign6: &Comparison{Chain: &LatencyResult{P99ms: &p99}, Base: &LatencyResult{P99ms: &base}, P99Lower: &lower, FloorP99ms: &one, RulesFloorP99ms: &rules, AdmissionFloorP99ms: &adm}}
 	find := func(ts []Target) *Target {
 		for i := range ts {
 			if strings.HasPrefix(ts[i].Name, "A: chain p99 ÷ event-time floor p99") {
@@ -204,6 +204,14 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.InDelta(t, 1.1, tg.Got, 1e-9)
 	require.True(t, tg.Met)
 	require.Equal(t, "one-horizon floor: 2.20×; with the engine's admission step: 1.02×", tg.Note)
+	found := false
+	for _, x := range targets([]WorkloadResult{w}) {
+		if strings.HasPrefix(x.Name, "A: DESIGN §6 micro-batch ÷ chain p99") {
+			require.Equal(t, "at most 6.00 for any engine obeying the rules: DESIGN §6 p99 ÷ the rules' event-time floor p99", x.Note)
+			found = true
+		}
+	}
+	require.True(t, found)
 
 	w.VsDesign6.RulesFloorP99ms = nil
 	tg = find(targets([]WorkloadResult{w}))
