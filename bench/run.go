@@ -554,6 +554,8 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		if k == kindChain {
 			cmp.Chain = l
 			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
+			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
+			cmp.AdmissionFloorP50ms, cmp.AdmissionFloorP99ms = r.AdmissionP50ms, r.AdmissionP99ms
 		} else {
 			cmp.Base = l
 		}
@@ -930,6 +932,24 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.FloorP50ms, res.FloorP99ms = &p50, &p99
 	}
+	if !s.kind.isChain() {
+		return
+	}
+	rule := floorRule{scope: h.o.gateOf(s.variant), lateness: h.cfg.Lateness, idle: h.o.IdleTimeout}
+	if fl := cascadeFloors(acks, f, from, to, s.exp, rule); len(fl) > 0 {
+		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
+		res.RulesFloorP50ms, res.RulesFloorP99ms = &p50, &p99
+		res.RulesFloorGate = string(rule.scope)
+	}
+	if rule.scope == chain.GateKey {
+		rule.admission = true
+		if fl := cascadeFloors(acks, f, from, to, s.exp, rule); len(fl) > 0 {
+			p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
+			res.AdmissionP50ms, res.AdmissionP99ms = &p50, &p99
+		}
+		rule.admission = false
+	}
+	res.excess += cascadeText(acks, f, from, to, s.exp, rule)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -266,10 +266,14 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 		polylineStyle(b, a, xs, ys, c.color, c.dash)
 		entries = append(entries, [2]string{fmt.Sprintf("%s p99 %s", c.label, durText(quantile(c.lat, .99))), c.color})
 	}
-	if c := wr.VsStrongest; c != nil && c.FloorP99ms != nil {
-		x := a.px(math.Max(*c.FloorP99ms, lo))
+	if c := wr.VsStrongest; c != nil && (c.RulesFloorP99ms != nil || c.FloorP99ms != nil) {
+		fl, name := c.RulesFloorP99ms, "event-time floor p99"
+		if fl == nil {
+			fl, name = c.FloorP99ms, "one-horizon gate floor p99"
+		}
+		x := a.px(math.Max(*fl, lo))
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2 2"/>`+"\n", x, a.y0, x, a.y0+a.h)
-		entries = append(entries, [2]string{fmt.Sprintf("gate floor p99 %.1fms (dotted)", *c.FloorP99ms), "#999"})
+		entries = append(entries, [2]string{fmt.Sprintf("%s %.1fms (dotted)", name, *fl), "#999"})
 	}
 	legend(b, a, entries, true)
 	b.WriteString("</g>\n")

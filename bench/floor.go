@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/differential-dev/differential/chain"
+)
+
+// The cascaded event-time floor (issue #13): the least latency any engine
+// that follows DESIGN §3's gate rules can have on the run's own arrival
+// times. The one-horizon floor (latencyFloor) lets an output go as soon as
+// the record that carries the partition's stream time past t+Lateness
+// arrives (or the partition goes quiet for IdleTimeout), plus the record's
+// own cost. But a follower waits for its leader's *completion* (DESIGN §3
+// (a)/(b), (a′)/(b′)), and the leader is itself a follower of the stage
+// before it: a purchase (t, key u) waits until the install stage has
+// completed u's records below q(t+Lateness); an install of u among them
+// waits for the click stage on u up to q(t_install+Lateness) — a second
+// lateness horizon, later than the purchase's own when the install's event
+// time is later than the purchase's — and for the clicks' costs. The
+// cascade applies the rules stage after stage on the arrival times.
+
+// floorRule is the gate rule a cascaded floor follows.
+type floorRule struct {
+	// scope: chain.GateKey applies (a′)/(b′) (the leader's records of the
+	// record's key only), chain.GatePartition (a)/(b) (every record).
+	scope chain.GateScope
+	// admission adds the engine's own admission step (chain/keygate.go,
+	// key scope only): a follower begins records in offset order, each once
+	// its leader has *begun* every record up to o+OffsetDistance and, when
+	// it processes the record, up to q(t+Lateness). Not a rule of DESIGN
+	// §3: the bench reports it to tell the engine's choices from the
+	// rules' floor, never as the floor.
+	admission bool
+	distance  int64 // OffsetDistance
+	lateness  time.Duration
+	idle      time.Duration // IdleTimeout
+}
+
+const never = int64(math.MaxInt64)
+
+// cascadeDone returns done[k][x], the earliest time (unix ns) stage k
+// (0 click, 1 install, 2 purchase) can have completed record x of one
+// partition's log, given when each record was sent (sent[x], unix ns), with
+// unlimited workers and no engine overhead:
+//
+//   - stage 0 has no gate: a record it processes (valid, not a duplicate,
+//     a click) begins when it arrives and its key's previous click
+//     completed, and takes its cost; any other record completes on
+//     arrival.
+//   - stage k ≥ 1 may begin x when x arrived and its gate is open: the
+//     leader (stage k−1) has completed every record (partition scope) or
+//     every record of x's key (key scope) at offsets ≤ x+distance and, when
+//     stage k processes x, at offsets < q(t+lateness) — the first offset j
+//     whose own event time carries the stream time past t+lateness, which
+//     must have arrived (q = j+1); with no such offset only the idle
+//     release opens it. Or the partition is idle: no record arrived for
+//     idle since the last one after x (the earliest the engine's idle
+//     release can fire; it also needs the leader caught up, which only
+//     makes it later — leaving that out keeps the floor a lower bound).
+//     A processed record also waits for its key's previous record of the
+//     stage (one key's records run in offset order) and takes its cost;
+//     a skipped one (another type, a duplicate, invalid) completes when its
+//     gate opens. Duplicates are treated as skipped, which is at most what
+//     the engine waits for.
+//
+// Every term is a rule of DESIGN §3/§5 (or, with admission, of the
+// engine), applied to the run's arrival times and the records' cost draws,
+// so no engine obeying the rules completes a record earlier: it is a lower
+// bound, computed from the run's data.
+func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
+	n := len(log)
+	var done [3][]int64
+	if n == 0 {
+		return done
+	}
+	// arr[x]: when x can have been fetched (the log is read in offset
+	// order); maxT[x]: the largest valid event time at offsets ≤ x.
+	arr, maxT := make([]int64, n), make([]int64, n)
+	m, a := int64(0), int64(0)
+	for x := range log {
+		a = max(a, sent[x])
+		arr[x] = a
+		if log[x].valid {
+			m = max(m, log[x].t)
+		}
+		maxT[x] = m
+	}
+	// idleAt[x]: the end of the first quiet gap (> idle) from x on, which
+	// follows record idleLast[x].
+	idleAt, idleLast := make([]int64, n), make([]int, n)
+	for x := n - 1; x >= 0; x-- {
+		if x == n-1 || arr[x+1]-arr[x] > int64(r.idle) {
+			idleAt[x], idleLast[x] = arr[x]+int64(r.idle), x
+		} else {
+			idleAt[x], idleLast[x] = idleAt[x+1], idleLast[x+1]
+		}
+	}
+	// qOf(x): j, the offset whose arrival makes q(t+lateness) known (n: none).
+	qOf := func(x int) int {
+		j, _ := slices.BinarySearchFunc(maxT, log[x].t+int64(r.lateness), func(a, b int64) int {
+			if a <= b {
+				return -1
+			}
+			return 1
+		})
+		return j
+	}
+	offs := map[string][]int{}
+	if r.scope == chain.GateKey {
+		for x := range log {
+			offs[log[x].key] = append(offs[log[x].key], x)
+		}
+	}
+	var begun []int64 // the leader's admission times (prefix maxima)
+	for k := range 3 {
+		cur := make([]int64, n)
+		// upTo(x, lim): when the leader completed what x's scope names at
+		// offsets ≤ lim.
+		var upTo func(x, lim int) int64
+		var all []int64 // the leader's prefix maxima: everything ≤ y completed
+		if k > 0 {
+			prev := done[k-1]
+			all = make([]int64, n)
+			for y := range prev {
+				all[y] = prev[y]
+				if y > 0 {
+					all[y] = max(all[y], all[y-1])
+				}
+			}
+			if r.scope == chain.GateKey {
+				pm := map[string][]int64{}
+				for u, xs := range offs {
+					s := make([]int64, len(xs))
+					for i, y := range xs {
+						s[i] = prev[y]
+						if i > 0 {
+							s[i] = max(s[i], s[i-1])
+						}
+					}
+					pm[u] = s
+				}
+				upTo = func(x, lim int) int64 {
+					xs := offs[log[x].key]
+					i, found := slices.BinarySearch(xs, lim)
+					if !found {
+						i--
+					}
+					if i < 0 {
+						return 0
+					}
+					return pm[log[x].key][i]
+				}
+			} else {
+				upTo = func(_, lim int) int64 { return all[min(lim, n-1)] }
+			}
+		}
+		adm := make([]int64, n)
+		last := map[string]int64{}
+		for x := range log {
+			rec := &log[x]
+			processing := rec.valid && !rec.dup && rec.stage == k
+			start := arr[x]
+			if k > 0 {
+				lim := min(int64(x)+r.distance, int64(n-1))
+				open, noQ := int64(0), false
+				if processing {
+					if j := qOf(x); j < n {
+						lim = max(lim, int64(j))
+						open = arr[j]
+					} else {
+						noQ = true
+					}
+				}
+				// The idle release: the partition quiet for idle and the
+				// leader done with everything that arrived.
+				idleOpen := max(idleAt[x], all[idleLast[x]])
+				if noQ {
+					open = idleOpen
+				} else {
+					open = min(max(open, upTo(x, int(lim))), idleOpen)
+				}
+				start = max(start, open)
+				if r.admission && r.scope == chain.GateKey {
+					b := idleOpen
+					if !noQ {
+						b = min(b, begun[lim])
+					}
+					if x > 0 {
+						b = max(b, adm[x-1])
+					}
+					adm[x] = max(b, arr[x])
+					start = max(start, adm[x])
+				}
+			} else {
+				adm[x] = arr[x]
+			}
+			if processing {
+				start = max(start, last[rec.key])
+				cur[x] = start + int64(rec.cost)
+				last[rec.key] = cur[x]
+			} else {
+				cur[x] = start
+			}
+		}
+		done[k] = cur
+		begun = adm
+	}
+	return done
+}
+
+// cascadeFloors returns, for the same outputs as latencyFloors, the
+// cascaded floor under rule: the earliest completion cascadeDone allows at
+// the output's own stage − when its input was sent, sorted.
+func cascadeFloors(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) []time.Duration {
+	cache := map[int32][3][]int64{}
+	out := make([]time.Duration, 0, len(acks))
+	for _, a := range acks {
+		if fl, ok := cascadeFloor(a, f, from, to, e, r, cache); ok {
+			out = append(out, fl)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cascadeFloor is one output's cascaded floor; cache holds cascadeDone per
+// partition.
+func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule, cache map[int32][3][]int64) (time.Duration, bool) {
+	p, o := a.src.partition, a.src.offset
+	if int(p) >= len(f.sentAt) || int(p) >= len(e.paths) || o >= int64(len(f.sentAt[p])) || o >= int64(len(e.paths[p])) {
+		return 0, false
+	}
+	if _, ok := e.gate[a.src]; !ok {
+		return 0, false
+	}
+	sent := f.sentAt[p][o].Load()
+	if sent < from || sent > to {
+		return 0, false
+	}
+	st := e.paths[p][o].stage
+	if st < 0 || st > 2 {
+		return 0, false
+	}
+	d, ok := cache[p]
+	if !ok {
+		s := make([]int64, len(f.sentAt[p]))
+		for i := range s {
+			s[i] = f.sentAt[p][i].Load()
+		}
+		d = cascadeDone(e.paths[p], s, r)
+		cache[p] = d
+	}
+	return max(time.Duration(d[st][o]-sent), 0), true
+}
+
+// cascadeText is the progress line's account of the chain's latency against
+// the floors: per output, latency − one-horizon floor split into what the
+// rules' cascade adds (cascaded − one-horizon floor) and what is left
+// (latency − cascaded floor); the same for the engine's admission step
+// (key scope); and, among the outputs at or above the chain's p99, how many
+// the cascade binds (its floor is above the one-horizon floor by more than
+// half the excess).
+func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) string {
+	ra := r
+	ra.admission = r.scope == chain.GateKey
+	cr, ca := map[int32][3][]int64{}, map[int32][3][]int64{}
+	type row struct {
+		lat, one, rules, adm time.Duration
+		stage                int
+		idle                 bool
+	}
+	var rows []row
+	for _, a := range acks {
+		one, viaIdle, ok := latencyFloor(a, f, from, to, e, r.idle)
+		if !ok {
+			continue
+		}
+		rules, ok1 := cascadeFloor(a, f, from, to, e, r, cr)
+		adm, ok2 := cascadeFloor(a, f, from, to, e, ra, ca)
+		if !ok1 || !ok2 {
+			continue
+		}
+		lat := time.Duration(a.at - f.sentAt[a.src.partition][a.src.offset].Load())
+		rows = append(rows, row{lat, one, rules, adm, e.paths[a.src.partition][a.src.offset].stage, viaIdle})
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	slices.SortFunc(rows, func(x, y row) int { return int(x.lat - y.lat) })
+	q := func(g func(row) time.Duration) (float64, float64) {
+		v := make([]time.Duration, len(rows))
+		for i := range rows {
+			v[i] = g(rows[i])
+		}
+		slices.Sort(v)
+		return ms(quantile(v, 0.5)), ms(quantile(v, 0.99))
+	}
+	rp50, rp99 := q(func(x row) time.Duration { return x.rules })
+	ap50, ap99 := q(func(x row) time.Duration { return x.adm })
+	ca50, ca99 := q(func(x row) time.Duration { return x.rules - x.one })
+	le50, le99 := q(func(x row) time.Duration { return x.lat - x.rules })
+	ae50, ae99 := q(func(x row) time.Duration { return x.lat - x.adm })
+	tail := rows[min(max(int(math.Ceil(0.99*float64(len(rows))))-1, 0), len(rows)-1):]
+	var byRules, byAdm int
+	for _, x := range tail {
+		if ex := x.lat - x.one; ex > 0 {
+			if x.rules-x.one > ex/2 {
+				byRules++
+			}
+			if x.adm-x.one > ex/2 {
+				byAdm++
+			}
+		}
+	}
+	worst := ""
+	for i := len(rows) - 1; i >= max(len(rows)-6, 0); i-- {
+		x := rows[i]
+		how := "record"
+		if x.idle {
+			how = "idle"
+		}
+		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules), ms(x.adm))
+	}
+	return fmt.Sprintf(" (%s-gate cascaded floor p50 %.1fms p99 %.1fms, above the one-horizon floor p50 %.1fms p99 %.1fms; latency above it p50 %.1fms p99 %.1fms;"+
+		" with the engine's admission step floor p50 %.1fms p99 %.1fms, latency above it p50 %.1fms p99 %.1fms;"+
+		" of the %d outputs at/above the chain's p99, %d bound by the cascade, %d by cascade+admission; slowest (ms; floors one-horizon/cascaded/admission):%s)",
+		r.scope, rp50, rp99, ca50, ca99, le50, le99, ap50, ap99, ae50, ae99, len(tail), byRules, byAdm, worst)
+}
