@@ -13,7 +13,9 @@
 // buffer covers it again; the first stage pauses, at most 20 ms at a time,
 // when the slowest follower reading the buffer is about to be evicted —
 // DESIGN.md "Stage 0 pauses, briefly"); optional key-parallel workers per
-// stage; a contiguous-completion tracker per stage and the commit loop
+// stage, optionally capped across the whole chain (WithWorkerCap: slots go
+// to the keys with the most records ready, so a hot key's records run back
+// to back); a contiguous-completion tracker per stage and the commit loop
 // (package commit). The Kafka adapter (package kafka) calls RunPartition
 // for every claim; the tester (chain/chaintest) does the same with
 // in-memory logs.
