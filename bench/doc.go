@@ -174,7 +174,15 @@
 // micro-batch with large batches is pipelining across stages and no
 // per-batch barrier. wait_overshoot is how much longer the cost timers
 // waited than asked (the runtime's timer granularity; more on a busy
-// machine).
+// machine). Each run with costs also notes where the time of the input's
+// longest key×stage chain went (chainTimes; the pipelined bound when that
+// chain sets it): its cost, what its timers waited, its waits for a slot
+// of W, the gaps between its records (the engine's part: the next record
+// not yet read, released or taken by a worker) and when it started and
+// ended in the run. On Linux the Go runtime's timers sleep in whole
+// milliseconds when a processor is idle (epoll_wait's timeout), so a short
+// cost waits up to about a millisecond longer: the chain of a hot key,
+// hundreds of records, carries that overshoot on the critical path.
 //
 // # The sweep
 //

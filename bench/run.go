@@ -651,6 +651,10 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
+		if d.lim != nil && r.Efficiency != nil && !sizing {
+			first := time.Unix(0, d.prog.first.Load())
+			r.Note = joinNote(r.Note, d.lim.chains.explain(s.exp.longest.key, s.exp.longest.typ, first, time.Duration(r.Elapsed*float64(time.Second))))
+		}
 		if d.out != "" {
 			if err := h.judge(run, r); err != nil {
 				return r, err
