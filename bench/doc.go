@@ -9,7 +9,10 @@
 //
 //   - chain: attribution.NewChainWith through kafka.Run (its own sarama
 //     clients: the commits go in the background on a client of their own),
-//     every stage with KeyConcurrency = W, checkpoints and commits every
+//     every stage with KeyConcurrency = W and its workers capped at W
+//     chain-wide (chain.WithWorkerCap, as the micro-batch's pool of W
+//     workers: the slots go to the keys with the most records ready, not
+//     first come, first served at the limiter), checkpoints and commits every
 //     CommitInterval per partition, the store (Pebble in a fresh directory,
 //     or memory), kafka.NewProducer, output and dead-letter topics of its
 //     own, a fresh consumer group. Each chain variant (chainVariant) is a row

@@ -1096,6 +1096,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.commitInterval(s.variant)),
 			chain.WithObserver(chainObserver{d.prog, lastStage(cfg), d.ev}), chain.WithLogger(o.Logger),
 		}
+		// W as the micro-batch's pool of W workers, whose tasks never queue
+		// at the limiter: the chain caps its workers at W too (its slots go
+		// to the keys with the most records ready; see chain.WithWorkerCap).
+		opts = append(opts, chain.WithWorkerCap(W))
 		if s.variant != nil && s.variant.guarantee != "" {
 			// The exactly-once cost table: a changelog, and the Transactor
 			// for exactly-once.

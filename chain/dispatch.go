@@ -68,7 +68,16 @@ type keyQueue struct {
 }
 
 func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
-	d := &dispatcher{s: s, workCtx: workCtx, work: make(chan *job)}
+	work := make(chan *job)
+	if s.p.c.workers != nil {
+		// Under the worker cap the stage does not wait for a free worker:
+		// the workers may all hold keys waiting for a slot, and a stage
+		// that stopped reading would leave the hot key's queue to run dry
+		// (and its priority with it). Every record in work was begun and
+		// is not complete, so the in-flight window bounds it (I9).
+		work = make(chan *job, s.p.c.cfg.inFlight)
+	}
+	d := &dispatcher{s: s, workCtx: workCtx, work: work}
 	d.mu.keys = make(map[string]*keyQueue)
 	for range s.st.KeyConcurrency {
 		pc := s.newContext()
@@ -78,7 +87,8 @@ func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
 }
 
 // dispatch hands a begun record to a worker, or queues it behind its key.
-// It blocks while every worker is busy. If ctx ends meanwhile, the record —
+// It blocks while every worker is busy (under the worker cap, never: the
+// key waits in work for a worker, see newDispatcher). If ctx ends meanwhile, the record —
 // the last one the stage began, its key's only one — is dropped (not
 // processed, not committed: nothing after it was begun). A stage whose
 // follower is key-scoped, and a key-scoped stage, pass the work context:

@@ -97,6 +97,38 @@ func TestWorkerCapLongestBacklogFirst(t *testing.T) {
 	})
 }
 
+// TestWorkerCapStageKeepsReading: cap 1, two workers. hot@0 runs; a, b
+// and c arrive, then two more records of hot. The second worker takes a
+// and waits for the slot; under the cap the stage does not wait for a free
+// worker, so b and c wait for one and hot's records queue behind hot@0:
+// when it ends, hot has more ready than a and keeps the slot. A stage that
+// waited for a worker would not have read hot's records yet: hot's queue
+// would run dry and a would go first.
+func TestWorkerCapStageKeepsReading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var order []string
+		p := chain.ProcessorFunc(func(ctx context.Context, _ *chain.Context, e *chain.Event) error {
+			time.Sleep(10 * time.Millisecond)
+			mu.Lock()
+			order = append(order, string(e.Key))
+			mu.Unlock()
+			return nil
+		})
+		tt := chaintest.New(t, []chain.Stage{{Name: "only", Processor: p, KeyConcurrency: 2}}, testDecoder,
+			chain.WithWorkerCap(1))
+		tt.Start(0)
+		tt.Append(0, chaintest.Rec("hot", ev("click", 0), base))
+		synctest.Wait()
+		for i, k := range []string{"a", "b", "c", "hot", "hot"} {
+			tt.Append(0, chaintest.Rec(k, ev("click", 1+i), base))
+		}
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		require.Equal(t, []string{"hot", "hot", "hot", "a", "b", "c"}, order)
+	})
+}
+
 // TestWorkerCapAcrossPartitionsAndStages: the cap holds across every
 // partition and key-parallel stage of one chain, and every record is
 // processed once per stage.
