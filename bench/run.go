@@ -651,7 +651,7 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
-		if d.lim != nil && r.Efficiency != nil && !sizing {
+		if d.lim != nil && r.Efficiency != nil && !sizing && s.paceRate == 0 { // throughput runs: a paced run's gaps are the pacing
 			first := time.Unix(0, d.prog.first.Load())
 			r.Note = joinNote(r.Note, d.lim.chains.explain(s.exp.longest.key, s.exp.longest.typ, first, time.Duration(r.Elapsed*float64(time.Second))))
 		}

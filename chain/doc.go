@@ -68,8 +68,9 @@
 //     dead-lettered; Fatal errors stop the partition after the same final
 //     commit.
 //   - Bounded memory (I9): the buffer, each stage's in-flight window and the
-//     key queues (the key-parallel workers' and the key-scoped gate's: their
-//     records are begun, so within the window) are bounded by options;
+//     key queues (the key-parallel workers', the keys waiting for a worker
+//     under WithWorkerCap, and the key-scoped gate's: their records are
+//     begun, so within the window) are bounded by options;
 //     nothing grows with the input. The buffer holds what the fetcher read
 //     ahead of the first stage (a few batches) and what some stage has yet
 //     to read; what every stage has read is dropped at once.
