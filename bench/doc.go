@@ -9,7 +9,10 @@
 //
 //   - chain: attribution.NewChainWith through kafka.Run (its own sarama
 //     clients: the commits go in the background on a client of their own),
-//     every stage with KeyConcurrency = W, checkpoints and commits every
+//     every stage with KeyConcurrency = W and its workers capped at W
+//     chain-wide (chain.WithWorkerCap, as the micro-batch's pool of W
+//     workers: the slots go to the keys with the most records ready, not
+//     first come, first served at the limiter), checkpoints and commits every
 //     CommitInterval per partition, the store (Pebble in a fresh directory,
 //     or memory), kafka.NewProducer, output and dead-letter topics of its
 //     own, a fresh consumer group. Each chain variant (chainVariant) is a row
@@ -174,7 +177,15 @@
 // micro-batch with large batches is pipelining across stages and no
 // per-batch barrier. wait_overshoot is how much longer the cost timers
 // waited than asked (the runtime's timer granularity; more on a busy
-// machine).
+// machine). Each run with costs also notes where the time of the input's
+// longest key×stage chain went (chainTimes; the pipelined bound when that
+// chain sets it): its cost, what its timers waited, its waits for a slot
+// of W, the gaps between its records (the engine's part: the next record
+// not yet read, released or taken by a worker) and when it started and
+// ended in the run. On Linux the Go runtime's timers sleep in whole
+// milliseconds when a processor is idle (epoll_wait's timeout), so a short
+// cost waits up to about a millisecond longer: the chain of a hot key,
+// hundreds of records, carries that overshoot on the critical path.
 //
 // # The sweep
 //

@@ -653,6 +653,10 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
+		if d.lim != nil && r.Efficiency != nil && !sizing && s.paceRate == 0 { // throughput runs: a paced run's gaps are the pacing
+			first := time.Unix(0, d.prog.first.Load())
+			r.Note = joinNote(r.Note, d.lim.chains.explain(s.exp.longest.key, s.exp.longest.typ, first, time.Duration(r.Elapsed*float64(time.Second))))
+		}
 		if d.out != "" {
 			if err := h.judge(run, r); err != nil {
 				return r, err
@@ -1112,6 +1116,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 			chain.WithIdleTimeout(o.IdleTimeout), chain.WithBufferSize(buf), chain.WithCommitInterval(o.commitInterval(s.variant)),
 			chain.WithObserver(chainObserver{d.prog, lastStage(cfg), d.ev}), chain.WithLogger(o.Logger),
 		}
+		// W as the micro-batch's pool of W workers, whose tasks never queue
+		// at the limiter: the chain caps its workers at W too (its slots go
+		// to the keys with the most records ready; see chain.WithWorkerCap).
+		opts = append(opts, chain.WithWorkerCap(W))
 		if s.variant != nil && s.variant.guarantee != "" {
 			// The exactly-once cost table: a changelog, and the Transactor
 			// for exactly-once.

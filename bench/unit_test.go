@@ -356,3 +356,29 @@ func TestTargetAboveTheLimitIsQualified(t *testing.T) {
 	w.VsStrongest.Throughput = 2.5
 	require.Empty(t, find(targets([]WorkloadResult{w})).Note)
 }
+
+// TestChainTimesExplain: a key×stage chain's time splits into its costs,
+// the timers' overshoot, the waits for a slot and the gaps between one
+// record's end and the next one's call; other chains do not count.
+func TestChainTimesExplain(t *testing.T) {
+	var c chainTimes
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// u0 click: called at 0, slot at 1, 10ms asked, 12 waited, ends at 13;
+	// next called at 15 (gap 2), slot at 15, 5 asked, 5 waited, ends at 20.
+	c.add("u0", "click", at(0), at(1), at(13), 10*time.Millisecond, 12*time.Millisecond)
+	c.add("u0", "click", at(15), at(15), at(20), 5*time.Millisecond, 5*time.Millisecond)
+	c.add("u1", "click", at(0), at(50), at(60), 10*time.Millisecond, 10*time.Millisecond)
+	got := c.explain("u0", "click", t0, 100*time.Millisecond)
+	want := "longest key×stage chain (click u0, 2 records): cost 0.01s, timers waited 0.02s (+13%), slot waits 0.00s, gaps between its records 0.00s; from 0.00s to 0.02s of 0.10s"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	ct := c.m[chainID{"u0", "click"}]
+	if ct.gaps != 2*time.Millisecond || ct.slot != time.Millisecond || ct.n != 2 {
+		t.Fatalf("gaps %v slot %v n %d, want 2ms 1ms 2", ct.gaps, ct.slot, ct.n)
+	}
+	if c.explain("u9", "click", t0, time.Second) != "" {
+		t.Fatal("a chain not seen explains nothing")
+	}
+}

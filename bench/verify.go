@@ -31,6 +31,8 @@ type expectation struct {
 	paths [][]pathRecord
 	// staged caches stagedTime by (batch size, key order).
 	staged map[stagedKey]time.Duration
+	// longest is the key×stage chain of Bound.LongestChain.
+	longest chainID
 }
 
 type stagedKey struct {
@@ -134,8 +136,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		paths:   make([][]pathRecord, partitions),
 		staged:  map[stagedKey]time.Duration{},
 	}
-	type keyStage struct{ key, stage string }
-	chains := map[keyStage]time.Duration{}
+	chains := map[chainID]time.Duration{}
 	keys := map[string]time.Duration{}
 	costs := make([]map[int64]time.Duration, partitions)
 	for p := range costs {
@@ -177,7 +178,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 			path[i].cost = c
 			e.bound.Processed++
 			e.bound.TotalCost += c
-			chains[keyStage{string(r.Key), ev.Type}] += c
+			chains[chainID{string(r.Key), ev.Type}] += c
 			keys[string(r.Key)] += c
 		}
 		e.paths[p] = path
@@ -185,8 +186,10 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
 		e.gateOf(int32(p), path, cfg.Lateness)
 	}
-	for _, c := range chains {
-		e.bound.LongestChain = max(e.bound.LongestChain, c)
+	for ks, c := range chains {
+		if c > e.bound.LongestChain {
+			e.bound.LongestChain, e.longest = c, ks
+		}
 	}
 	for _, c := range keys {
 		e.bound.LongestKey = max(e.bound.LongestKey, c)

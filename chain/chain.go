@@ -20,6 +20,9 @@ type Chain struct {
 	dec    Decoder
 	cfg    config
 	tc     *txnCoordinator // exactly-once mode; nil otherwise
+	// workers is the chain-wide worker cap (WithWorkerCap), shared by
+	// every partition's key-parallel stages; nil without a cap.
+	workers *workerCap
 
 	mu struct {
 		sync.Mutex
@@ -78,6 +81,9 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	}
 	c := &Chain{stages: append([]Stage(nil), stages...), names: names, dec: dec, cfg: cfg}
 	c.mu.parts = map[partKey]*partitionRun{}
+	if cfg.workerCap > 0 {
+		c.workers = newWorkerCap(cfg.workerCap)
+	}
 	if cfg.txn != nil {
 		c.tc = newTxnCoordinator(c)
 	}

@@ -3,7 +3,23 @@ package chain
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
+
+// WithWorkerCap caps the records in processing at once across every
+// partition and every key-parallel stage (Stage.KeyConcurrency > 1) of the
+// chain at n — the capacity of a service the processors share, say. A
+// worker takes a slot when it takes a key. When slots are short, the key
+// with the most records ready (released by its gate, in its stage's queue)
+// goes first, and a worker keeps its slot between two records of its key
+// unless a waiting key has more ready: a hot key's records — a chain no
+// design can run in parallel, so every wait between them adds to the run's
+// critical path — are not queued behind other keys' records. A stage
+// without key parallelism runs on its own goroutine and takes no slot.
+// Default 0: no cap beyond each stage's KeyConcurrency.
+func WithWorkerCap(n int) Option {
+	return optionFunc(func(c *config) { c.workerCap = n })
+}
 
 // dispatcher runs a key-parallel stage: up to KeyConcurrency workers, each
 // record of a key strictly after the previous one of that key completed
@@ -11,6 +27,12 @@ import (
 // keeps per-partition order). Records of a busy key wait in that key's queue;
 // the number of queued and running records is bounded by the stage's
 // in-flight window, because every one of them was begun in the tracker.
+//
+// With a chain-wide worker cap (WithWorkerCap, workerCap), a worker that
+// takes a key first takes one of the chain's slots, and between two records
+// of the key keeps it or hands it to a key with more records ready. A slot
+// is held only while released records run (never while one waits for a
+// gate or for the stage), so every holder finishes and frees it.
 //
 // Stopping: the stage loop stops dispatching, but a record queued behind a
 // busy key was begun, and records of other keys after it may already be
@@ -38,10 +60,24 @@ type job struct {
 	next   *job
 }
 
-type keyQueue struct{ head, tail *job }
+type keyQueue struct {
+	head, tail *job
+	// ready counts the key's records not yet run: the one a worker holds
+	// and those queued behind it (the worker cap's priority).
+	ready atomic.Int32
+}
 
 func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
-	d := &dispatcher{s: s, workCtx: workCtx, work: make(chan *job)}
+	work := make(chan *job)
+	if s.p.c.workers != nil {
+		// Under the worker cap the stage does not wait for a free worker:
+		// the workers may all hold keys waiting for a slot, and a stage
+		// that stopped reading would leave the hot key's queue to run dry
+		// (and its priority with it). Every record in work was begun and
+		// is not complete, so the in-flight window bounds it (I9).
+		work = make(chan *job, s.p.c.cfg.inFlight)
+	}
+	d := &dispatcher{s: s, workCtx: workCtx, work: work}
 	d.mu.keys = make(map[string]*keyQueue)
 	for range s.st.KeyConcurrency {
 		pc := s.newContext()
@@ -51,7 +87,8 @@ func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
 }
 
 // dispatch hands a begun record to a worker, or queues it behind its key.
-// It blocks while every worker is busy. If ctx ends meanwhile, the record —
+// It blocks while every worker is busy (under the worker cap, never: the
+// key waits in work for a worker, see newDispatcher). If ctx ends meanwhile, the record —
 // the last one the stage began, its key's only one — is dropped (not
 // processed, not committed: nothing after it was begun). A stage whose
 // follower is key-scoped, and a key-scoped stage, pass the work context:
@@ -68,10 +105,13 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 			q.tail.next = j
 		}
 		q.tail = j
+		q.ready.Add(1)
 		d.mu.Unlock()
 		return nil
 	}
-	d.mu.keys[string(ev.Key)] = &keyQueue{}
+	q := &keyQueue{}
+	q.ready.Store(1)
+	d.mu.keys[string(ev.Key)] = q
 	d.mu.Unlock()
 	select {
 	case d.work <- j:
@@ -99,15 +139,42 @@ func (d *dispatcher) newJobLocked() *job {
 // key-scoped stage still dispatches the records its gate releases while
 // the partition drains.
 func (d *dispatcher) worker(pc *Context) {
+	wc := d.s.p.c.workers
 	for j := range d.work {
+		var ready *atomic.Int32
+		if wc != nil {
+			d.mu.Lock()
+			ready = &d.mu.keys[string(j.ev.Key)].ready
+			d.mu.Unlock()
+		}
+		if wc != nil && !wc.acquire(d.workCtx, ready) {
+			d.abandon(j) // the shutdown timeout
+			continue
+		}
 		for j != nil {
 			err := d.s.process(pc, &j.ev, j.stream, j.kh)
 			if err != nil {
 				d.s.p.fail(err)
 			}
 			j = d.finishKey(j, err != nil || d.workCtx.Err() != nil)
+			if j != nil && wc != nil && !wc.yield(d.workCtx, ready) {
+				d.abandon(j)
+				j = nil
+				ready = nil
+			}
+		}
+		if ready != nil {
+			wc.release()
 		}
 	}
+}
+
+// abandon drops j, the next record of its key, and the key's queue: the
+// shutdown timeout ended the wait for a slot of the worker cap.
+func (d *dispatcher) abandon(j *job) {
+	j.ev.endSpan(OutcomeDropped, d.workCtx.Err())
+	d.finishKey(j, true)
+	d.s.drop()
 }
 
 // finishKey releases j and returns the next record of its key, or nil (then
@@ -143,6 +210,7 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 		q.tail = nil
 	}
 	n.next = nil
+	q.ready.Add(-1)
 	return n
 }
 

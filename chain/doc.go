@@ -13,7 +13,9 @@
 // buffer covers it again; the first stage pauses, at most 20 ms at a time,
 // when the slowest follower reading the buffer is about to be evicted —
 // DESIGN.md "Stage 0 pauses, briefly"); optional key-parallel workers per
-// stage; a contiguous-completion tracker per stage and the commit loop
+// stage, optionally capped across the whole chain (WithWorkerCap: slots go
+// to the keys with the most records ready, so a hot key's records run back
+// to back); a contiguous-completion tracker per stage and the commit loop
 // (package commit). The Kafka adapter (package kafka) calls RunPartition
 // for every claim; the tester (chain/chaintest) does the same with
 // in-memory logs.
@@ -66,8 +68,9 @@
 //     dead-lettered; Fatal errors stop the partition after the same final
 //     commit.
 //   - Bounded memory (I9): the buffer, each stage's in-flight window and the
-//     key queues (the key-parallel workers' and the key-scoped gate's: their
-//     records are begun, so within the window) are bounded by options;
+//     key queues (the key-parallel workers', the keys waiting for a worker
+//     under WithWorkerCap, and the key-scoped gate's: their records are
+//     begun, so within the window) are bounded by options;
 //     nothing grows with the input. The buffer holds what the fetcher read
 //     ahead of the first stage (a few batches) and what some stage has yet
 //     to read; what every stage has read is dropped at once.

@@ -346,10 +346,15 @@ func testI1PerKey(t *testing.T, eos bool) {
 				r := newRecorder()
 				obs := newKeyInvariantObserver(t, d, lateness, keyed)
 				emit := rng.IntN(2) == 0 || eos
-				tt := chaintest.New(t, keyedStages(r, emit, keyConc, cost, gates),
-					testDecoder, chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
+				opts := []chain.Option{chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
 					chain.WithBufferSize(bufSize), chain.WithBatchSize(min(bufSize, 1+rng.IntN(32))),
-					chain.WithInFlight(16+rng.IntN(100)))
+					chain.WithInFlight(16 + rng.IntN(100))}
+				// A chain-wide worker cap on half the seeds (its own
+				// generator: the other draws stay as they were).
+				if capRng := rand.New(rand.NewPCG(seed, 31)); capRng.IntN(2) == 0 {
+					opts = append(opts, chain.WithWorkerCap(1+capRng.IntN(4)))
+				}
+				tt := chaintest.New(t, keyedStages(r, emit, keyConc, cost, gates), testDecoder, opts...)
 				if rng.IntN(2) == 0 {
 					tt.SetAckMode(chaintest.AckAsync)
 				}

@@ -32,6 +32,7 @@ type config struct {
 	batchSize       int
 	batchSizeSet    bool // WithBatchSize was given; else batchSize follows the buffer size
 	inFlight        int
+	workerCap       int // WithWorkerCap; 0: none
 	commitInterval  time.Duration
 	shutdownTimeout time.Duration
 	maxRetries      int
@@ -95,6 +96,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: offset distance %d must be smaller than the buffer size %d, or every follower would always poll Kafka itself", c.offsetDistance, c.bufferSize)
 	case c.inFlight < 1:
 		return fmt.Errorf("chain: in-flight window must be >= 1, got %d", c.inFlight)
+	case c.workerCap < 0:
+		return fmt.Errorf("chain: worker cap must be >= 0 (0: none), got %d", c.workerCap)
 	case c.commitInterval <= 0:
 		return fmt.Errorf("chain: commit interval must be > 0, got %v", c.commitInterval)
 	case c.shutdownTimeout <= 0:
