@@ -626,7 +626,7 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 			if recs[i].Offset < high {
 				continue // below every stage's resume position, or re-delivered
 			}
-			evs = append(evs, p.decode(&recs[i]))
+			evs = p.appendDecoded(evs, &recs[i])
 		}
 		clear(recs)
 		recs = recs[:0]
@@ -655,6 +655,23 @@ func (p *partitionRun) decode(r *Record) Event {
 	ev := Event{Record: *r}
 	ev.Decoded, ev.Err = p.c.dec.Decode(r)
 	return ev
+}
+
+// appendDecoded appends r's event to evs, decoded in its slot: the event
+// (216 bytes) is written once, not built and then copied (issue #13). A
+// slot within evs's capacity is reused without zeroing it first: every
+// field is written.
+func (p *partitionRun) appendDecoded(evs []Event, r *Record) []Event {
+	if n := len(evs); n < cap(evs) {
+		evs = evs[:n+1]
+	} else {
+		evs = append(evs, Event{})
+	}
+	ev := &evs[len(evs)-1]
+	ev.Record = *r
+	ev.Decoded, ev.Err = p.c.dec.Decode(&ev.Record)
+	ev.span = nil
+	return evs
 }
 
 func (p *partitionRun) commitLoop(ctx context.Context) {

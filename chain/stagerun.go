@@ -264,7 +264,7 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 		}
 		b := s.pollBatch[:0]
 		for i := range recs {
-			b = append(b, s.p.decode(&recs[i]))
+			b = s.p.appendDecoded(b, &recs[i])
 		}
 		clear(recs)
 		s.recs = recs[:0]
