@@ -31,6 +31,9 @@ type Ring[T any] struct {
 		low, high int64
 		// pacer is the pacer's cursor: every item with offset < pacer is read.
 		pacer int64
+		// viewing: the pacer holds a View of the array's slots, so the
+		// array must not be copied (grown) until its next read.
+		viewing bool
 		// ahead bounds the unread items (LimitReadAhead); capacity by default.
 		ahead      int
 		lastAppend time.Time
@@ -182,7 +185,7 @@ func (r *Ring[T]) roomLocked(want int) int {
 	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
 	unread := r.mu.n - read
 	want = min(want, r.mu.ahead-unread)
-	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity {
+	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity && !r.mu.viewing {
 		r.growLocked(r.mu.n + want)
 	}
 	free := len(r.mu.buf) - r.mu.n
@@ -418,13 +421,51 @@ func (r *Ring[T]) readLocked(from int64, dst []T) (out []T, ok bool, err error) 
 	return append(dst, r.mu.buf[:p+cnt-c]...), true, nil
 }
 
+// View is the pacer's Read in place: it records that the pacer has read
+// every item below from (as Read with pacer=true), waits as Read does, and
+// returns the ring's own slots holding the items with offset >= from, in
+// order — up to limit of them (at least one) and no further than the
+// array's end — instead of copying them. They stay valid until the
+// pacer's next Read, TryRead or View: no item at or above the pacer's
+// cursor is evicted, discarded or overwritten, and the array is not
+// grown (copied) while a view is held. The pacer may modify them
+// only when no other reader reads the ring (a one-stage chain's only
+// stage: issue #13, the copy into the stage's batch was most of its read
+// cost), and must not zero them (Discard does, once they are passed).
+func (r *Ring[T]) View(ctx context.Context, from int64, limit int) ([]T, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.advancePacerLocked(from) // ends the previous view
+	for {
+		if from < r.mu.low {
+			r.mu.stats.Evictions++
+			return nil, &EvictedError{From: from, Low: r.mu.low}
+		}
+		i := r.searchLocked(from)
+		if i < r.mu.n {
+			p, c := r.physLocked(i), len(r.mu.buf)
+			cnt := max(1, min(r.mu.n-i, limit, c-p))
+			r.mu.viewing = true
+			return r.mu.buf[p : p+cnt : p+cnt], nil
+		}
+		if r.mu.closed {
+			return nil, r.mu.closeErr
+		}
+		r.mu.stats.ReaderWaits++
+		if err := r.waitLocked(ctx, r.changedLocked()); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // advancePacerLocked records that the pacer has read everything below from
 // and wakes the writer if it waits for that.
 func (r *Ring[T]) advancePacerLocked(from int64) {
-	if from <= r.mu.pacer {
+	if from <= r.mu.pacer && !r.mu.viewing {
 		return
 	}
-	r.mu.pacer = from
+	r.mu.pacer = max(r.mu.pacer, from)
+	r.mu.viewing = false // the pacer's view, if any, is done: the array may grow
 	if r.mu.room != nil {
 		close(r.mu.room)
 		r.mu.room = nil

@@ -677,3 +677,96 @@ func TestReserveNoAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// View hands the pacer the ring's own slots (no copy), up to the limit and
+// the array's end, and counts as the pacer's read like Read(pacer=true).
+func TestView(t *testing.T) {
+	r := New(4, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 1, 2)))
+	v, err := r.View(t.Context(), 0, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 1}, offsets(v), "up to the limit")
+	v[1].val = "seen" // the pacer may write its view
+	v, err = r.View(t.Context(), 1, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2}, offsets(v))
+	assert.Equal(t, "seen", v[0].val, "the ring's own slot")
+	require.NoError(t, r.Append(t.Context(), recs(3, 4)), "0 was read by the pacer: evicted for 4")
+	assert.Equal(t, int64(1), r.Low())
+	v, err = r.View(t.Context(), 3, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{3}, offsets(v), "no further than the array's end")
+	v, err = r.View(t.Context(), 4, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{4}, offsets(v), "then from the array's start")
+
+	_, err = r.View(t.Context(), 0, 8)
+	require.ErrorIs(t, err, ErrEvicted)
+	r.Close(io.EOF)
+	_, err = r.View(t.Context(), 5, 8)
+	require.ErrorIs(t, err, io.EOF)
+}
+
+// View waits for an item like Read.
+func TestViewWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(4, 0, recOffset)
+		got := make(chan []int64, 1)
+		go func() {
+			v, err := r.View(t.Context(), 0, 8)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- offsets(v)
+		}()
+		synctest.Wait()
+		require.Empty(t, got)
+		require.NoError(t, r.Append(t.Context(), recs(0, 1)))
+		assert.Equal(t, []int64{0, 1}, <-got)
+	})
+}
+
+// The writer appends (and would grow the array) while the pacer writes the
+// slots of its view: the array is not copied under the pacer (for -race),
+// and every item arrives once, in order, as the writer wrote it.
+func TestViewWhileWriterGrows(t *testing.T) {
+	r := New(4096, 0, recOffset)
+	const total = 50_000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var cursor int64
+		for cursor < total {
+			v, err := r.View(t.Context(), cursor, 64)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range v {
+				if v[i].off != cursor || v[i].val != "v" {
+					t.Errorf("viewed %+v at cursor %d", v[i], cursor)
+					return
+				}
+				v[i].val = "processed"
+				cursor++
+			}
+			r.Discard(cursor)
+		}
+	}()
+	var next int64
+	for next < total {
+		k := int(min(total-next, 1+next%97))
+		a, b, err := r.Reserve(t.Context(), k)
+		require.NoError(t, err)
+		n := 0
+		for _, s := range [][]rec{a, b} {
+			for i := range s {
+				s[i] = rec{off: next, val: "v"}
+				next++
+				n++
+			}
+		}
+		require.NoError(t, r.Commit(n))
+	}
+	<-done
+}
