@@ -432,6 +432,8 @@ func (r *Ring[T]) readLocked(from int64, dst []T) (out []T, ok bool, err error) 
 // only when no other reader reads the ring (a one-stage chain's only
 // stage: issue #13, the copy into the stage's batch was most of its read
 // cost), and must not zero them (Discard does, once they are passed).
+// A pacer that always finds items to view therefore keeps the array at the
+// size it has: it grows only while the pacer waits for items.
 func (r *Ring[T]) View(ctx context.Context, from int64, limit int) ([]T, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
