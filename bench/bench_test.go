@@ -38,7 +38,7 @@ func newBenchEnv(b *testing.B, pt point, records int, model bool) *benchEnv {
 
 func (e *benchEnv) run(b *testing.B, k kind) {
 	b.Helper()
-	var total float64
+	var total, cpu float64
 	s := e.spec
 	s.kind = k
 	for b.Loop() {
@@ -47,8 +47,17 @@ func (e *benchEnv) run(b *testing.B, k kind) {
 			b.Fatal(err)
 		}
 		total += r.ThroughputRPS
+		cpu += r.CPUs
 	}
 	b.ReportMetric(total/float64(b.N), "rec/s")
+	// The process's CPU per input record over the run (consumer group
+	// join included; the broker's too, in-process): steadier than rec/s on
+	// a shared machine, and what a CPU-bound consumer's throughput follows.
+	var records int64
+	for _, n := range s.ends {
+		records += n
+	}
+	b.ReportMetric(cpu*1e9/float64(b.N)/float64(records), "cpu-ns/rec")
 }
 
 func workloadB() point {

@@ -11,6 +11,14 @@
 // they point to), the readers' cursors, or polling: a reader that falls out of
 // the ring fetches from Kafka itself (that logic is in the chain).
 //
+// Items can also be built where they stay (Reserve hands the writer the free
+// slots after the last item, Commit publishes those it filled) and the pacer
+// can read them where they are (View returns the ring's own slots, valid
+// until its next read): the chain's fetcher decodes every record straight
+// into its slot, and a one-stage chain's only stage reads it there, so an
+// item is written once and copied only into the batches of readers behind
+// the pacer (issue #13).
+//
 // # Invariant
 //
 // The ring's items are exactly the fetched records with offsets in
@@ -43,11 +51,17 @@
 //
 // # Concurrency contract
 //
-// One writer goroutine calls Append and, when it is done, Close (Close may
-// also be called from any other goroutine, e.g. on revoke). Any number of
-// readers call Read, TryRead, Changed and the accessors concurrently, each at
-// its own cursor. Exactly one reader passes pacer=true, and its cursor must
-// not move backwards (the ring keeps the largest cursor it was given).
+// One writer goroutine calls Append, or Reserve then Commit, and, when it is
+// done, Close (Close may also be called from any other goroutine, e.g. on
+// revoke). Reserved slots are the writer's alone until Commit: readers,
+// Discard and eviction never touch them, so the writer fills them without
+// the lock. Any number of readers call Read, TryRead, Changed and the
+// accessors concurrently, each at its own cursor. Exactly one reader passes
+// pacer=true (or calls View), and its cursor must not move backwards (the
+// ring keeps the largest cursor it was given). A View's slots stay the
+// pacer's until its next read: no eviction, discard or growth of the array
+// touches them meanwhile; the pacer may write them only when it is the
+// ring's only reader.
 // Every method takes the ring's one mutex once per call (per batch, not per
 // item); waiting happens outside the mutex, on channels that are allocated
 // only when someone waits and closed at the next change.

@@ -67,7 +67,29 @@ func runExact(t *testing.T, seed uint64) (st exactStats) {
 		go func(rng *rand.Rand) {
 			for rest := log; len(rest) > 0; {
 				k := min(len(rest), 1+rng.IntN(2*capacity))
-				if err := r.Append(ctx, rest[:k]); err != nil {
+				if rng.IntN(2) == 0 {
+					// In place (the chain's fetcher): reserve k, fill
+					// a prefix of what was granted, the readers running
+					// in between.
+					a, b, err := r.Reserve(ctx, k)
+					if err != nil {
+						t.Errorf("reserve: %v", err)
+						return
+					}
+					got := len(a) + len(b)
+					if got < 1 || got > k {
+						t.Errorf("reserved %d slots of %d asked", got, k)
+						return
+					}
+					k = 1 + rng.IntN(got)
+					n := copy(a, rest[:k])
+					copy(b, rest[n:k])
+					runtime.Gosched()
+					if err := r.Commit(k); err != nil {
+						t.Errorf("commit: %v", err)
+						return
+					}
+				} else if err := r.Append(ctx, rest[:k]); err != nil {
 					t.Errorf("append: %v", err)
 					return
 				}

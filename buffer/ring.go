@@ -14,6 +14,11 @@ type Ring[T any] struct {
 	offsetOf func(*T) int64
 	capacity int
 
+	// The writer's reservation (Reserve, Commit): slots after the last
+	// item, in order res[0] then res[1]; owned by the writer, no other
+	// method touches them while they are reserved.
+	res [2][]T
+
 	mu struct {
 		sync.Mutex
 		// buf is the circular array, at most capacity long (it grows by
@@ -26,6 +31,9 @@ type Ring[T any] struct {
 		low, high int64
 		// pacer is the pacer's cursor: every item with offset < pacer is read.
 		pacer int64
+		// viewing: the pacer holds a View of the array's slots, so the
+		// array must not be copied (grown) until its next read.
+		viewing bool
 		// ahead bounds the unread items (LimitReadAhead); capacity by default.
 		ahead      int
 		lastAppend time.Time
@@ -157,14 +165,30 @@ func (r *Ring[T]) checkOrder(items []T) error {
 // item or holding more than the read-ahead limit of unread items, evicting
 // read items as needed, and returns how many it copied.
 func (r *Ring[T]) appendLocked(items []T) int {
+	k := r.roomLocked(len(items))
+	if k <= 0 {
+		return 0
+	}
+	// The free region starts at the tail and may wrap.
+	a, b := r.tailLocked(k)
+	m := copy(a, items[:k])
+	copy(b, items[m:k])
+	r.publishLocked(k)
+	return k
+}
+
+// roomLocked makes room for up to want more items — growing the array,
+// evicting the oldest read items, never an unread one nor more unread items
+// than the read-ahead limit — and returns how many the ring can take now
+// (0: it must wait for the pacer).
+func (r *Ring[T]) roomLocked(want int) int {
 	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
 	unread := r.mu.n - read
-	want := min(len(items), r.mu.ahead-unread)
-	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity {
+	want = min(want, r.mu.ahead-unread)
+	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity && !r.mu.viewing {
 		r.growLocked(r.mu.n + want)
 	}
-	c := len(r.mu.buf)
-	free := c - r.mu.n
+	free := len(r.mu.buf) - r.mu.n
 	k := min(want, free+read)
 	if k <= 0 {
 		return 0
@@ -175,20 +199,115 @@ func (r *Ring[T]) appendLocked(items []T) int {
 		r.mu.n -= evict
 		r.mu.stats.Evicted += uint64(evict)
 	}
+	return k
+}
+
+// tailLocked returns the k free slots after the last item (k <= free
+// slots): a, then b when they wrap around the array's end.
+func (r *Ring[T]) tailLocked(k int) (a, b []T) {
 	tail := r.physLocked(r.mu.n)
-	// The free region starts at tail and may wrap; n+k <= c, so the second
-	// copy never reaches head.
-	m := copy(r.mu.buf[tail:], items[:k])
-	copy(r.mu.buf, items[m:k])
+	if end := tail + k; end <= len(r.mu.buf) {
+		return r.mu.buf[tail:end:end], nil
+	}
+	return r.mu.buf[tail:], r.mu.buf[: tail+k-len(r.mu.buf) : tail+k-len(r.mu.buf)]
+}
+
+// publishLocked makes the k items written after the last one part of the
+// ring and wakes the readers waiting for them.
+func (r *Ring[T]) publishLocked(k int) {
+	last := r.physLocked(r.mu.n + k - 1)
 	r.mu.n += k
-	r.mu.high = r.offsetOf(&items[k-1]) + 1
+	r.mu.high = r.offsetOf(&r.mu.buf[last]) + 1
 	r.mu.lastAppend = time.Now()
 	r.mu.stats.Appended += uint64(k)
 	if r.mu.changed != nil {
 		close(r.mu.changed)
 		r.mu.changed = nil
 	}
-	return k
+}
+
+// Reserve is Append in place: it waits as Append does until the ring can
+// take more items, makes room for up to n of them (evicting as Append
+// would) and returns that many empty slots after the last item — a, then b
+// when they wrap around the array's end (b is then non-empty) — for the
+// writer to fill with the next items, in order, without holding the ring's
+// lock. Readers do not see them until Commit. Filling in place spares
+// copying each item from the writer's batch into the ring (the chain's
+// fetcher decodes every record straight into its slot, issue #13). n < 1
+// reserves nothing. Errors: ctx.Err() if ctx ends while waiting, ErrClosed
+// if the ring is or gets closed. Only the writer may call it, and Commit
+// before its next Reserve or Append.
+func (r *Ring[T]) Reserve(ctx context.Context, n int) (a, b []T, err error) {
+	if len(r.res[0]) > 0 {
+		panic("buffer: Reserve before Commit of the previous reservation")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		if r.mu.closed {
+			return nil, nil, ErrClosed
+		}
+		if n < 1 {
+			return nil, nil, nil
+		}
+		if k := r.roomLocked(n); k > 0 {
+			a, b = r.tailLocked(k)
+			r.res = [2][]T{a, b}
+			return a, b, nil
+		}
+		if r.mu.room == nil {
+			r.mu.room = make(chan struct{})
+		}
+		r.mu.stats.WriterWaits++
+		if err := r.waitLocked(ctx, r.mu.room); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// Commit appends the first k slots of the reservation — a's, then b's —
+// and zeroes the rest. Their offsets must be strictly increasing and >=
+// High(), else Commit appends none of them, zeroes them all and returns an
+// error wrapping ErrOrder. It returns ErrClosed (appending nothing) if the
+// ring was closed since Reserve. It panics if k is negative or more than
+// was reserved.
+func (r *Ring[T]) Commit(k int) error {
+	a, b := r.res[0], r.res[1]
+	r.res = [2][]T{}
+	if k < 0 || k > len(a)+len(b) {
+		panic(fmt.Sprintf("buffer: Commit of %d items, %d reserved", k, len(a)+len(b)))
+	}
+	// The reserved slots are the writer's: check them before locking.
+	ka := min(k, len(a))
+	err := r.checkOrder(a[:ka])
+	if err == nil && k > ka {
+		if err = r.checkOrder(b[:k-ka]); err == nil {
+			if prev, cur := r.offsetOf(&a[ka-1]), r.offsetOf(&b[0]); cur <= prev {
+				err = fmt.Errorf("%w: offset %d after %d", ErrOrder, cur, prev)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil && k > 0 {
+		if first := r.offsetOf(&a[0]); first < r.mu.high {
+			err = fmt.Errorf("%w: offset %d below high %d", ErrOrder, first, r.mu.high)
+		}
+	}
+	if err == nil && r.mu.closed {
+		err = ErrClosed
+	}
+	if err != nil {
+		clear(a)
+		clear(b)
+		return err
+	}
+	clear(a[ka:])
+	clear(b[k-ka:])
+	if k > 0 {
+		r.publishLocked(k)
+	}
+	return nil
 }
 
 // Discard evicts the items with offset < below, which the caller knows no
@@ -302,13 +421,53 @@ func (r *Ring[T]) readLocked(from int64, dst []T) (out []T, ok bool, err error) 
 	return append(dst, r.mu.buf[:p+cnt-c]...), true, nil
 }
 
+// View is the pacer's Read in place: it records that the pacer has read
+// every item below from (as Read with pacer=true), waits as Read does, and
+// returns the ring's own slots holding the items with offset >= from, in
+// order — up to limit of them (at least one) and no further than the
+// array's end — instead of copying them. They stay valid until the
+// pacer's next Read, TryRead or View: no item at or above the pacer's
+// cursor is evicted, discarded or overwritten, and the array is not
+// grown (copied) while a view is held. The pacer may modify them
+// only when no other reader reads the ring (a one-stage chain's only
+// stage: issue #13, the copy into the stage's batch was most of its read
+// cost), and must not zero them (Discard does, once they are passed).
+// A pacer that always finds items to view therefore keeps the array at the
+// size it has: it grows only while the pacer waits for items.
+func (r *Ring[T]) View(ctx context.Context, from int64, limit int) ([]T, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.advancePacerLocked(from) // ends the previous view
+	for {
+		if from < r.mu.low {
+			r.mu.stats.Evictions++
+			return nil, &EvictedError{From: from, Low: r.mu.low}
+		}
+		i := r.searchLocked(from)
+		if i < r.mu.n {
+			p, c := r.physLocked(i), len(r.mu.buf)
+			cnt := max(1, min(r.mu.n-i, limit, c-p))
+			r.mu.viewing = true
+			return r.mu.buf[p : p+cnt : p+cnt], nil
+		}
+		if r.mu.closed {
+			return nil, r.mu.closeErr
+		}
+		r.mu.stats.ReaderWaits++
+		if err := r.waitLocked(ctx, r.changedLocked()); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // advancePacerLocked records that the pacer has read everything below from
 // and wakes the writer if it waits for that.
 func (r *Ring[T]) advancePacerLocked(from int64) {
-	if from <= r.mu.pacer {
+	if from <= r.mu.pacer && !r.mu.viewing {
 		return
 	}
-	r.mu.pacer = from
+	r.mu.pacer = max(r.mu.pacer, from)
+	r.mu.viewing = false // the pacer's view, if any, is done: the array may grow
 	if r.mu.room != nil {
 		close(r.mu.room)
 		r.mu.room = nil

@@ -481,3 +481,292 @@ func TestAppendBelowAPacerAheadNeverWaits(t *testing.T) {
 		assert.Equal(t, int64(10), r.Low())
 	})
 }
+
+// fill writes items into a reservation (a, then b) and returns how many.
+func fill(a, b []rec, items []rec) int {
+	n := copy(a, items)
+	return n + copy(b, items[n:])
+}
+
+// Reserve hands out the slots after the last item, wrapping around the
+// array's end (b non-empty); readers see them only after Commit, which
+// zeroes what was reserved and not committed.
+func TestReserveCommit(t *testing.T) {
+	r := New(4, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 1, 2)))
+	read(t, r, 3, 1, true) // the pacer has read 0..2
+	a, b, err := r.Reserve(t.Context(), 3)
+	require.NoError(t, err)
+	require.Len(t, a, 1, "the free slot before the array's end")
+	require.Len(t, b, 2, "then two evicted slots at its start")
+	assert.Equal(t, int64(2), r.Low(), "0 and 1 evicted for the reservation")
+	require.Equal(t, 3, fill(a, b, recs(5, 6, 7)))
+	assert.Empty(t, read(t, r, 3, 8, false), "not visible before Commit")
+	assert.Equal(t, int64(3), r.High())
+	require.NoError(t, r.Commit(2))
+	assert.Equal(t, int64(7), r.High())
+	assert.Equal(t, []int64{2, 5, 6}, read(t, r, 0+2, 8, false))
+	assert.Zero(t, b[1], "the slot reserved and not committed is zeroed")
+
+	// The next reservation starts after the last committed item.
+	read(t, r, 7, 1, true)
+	a, b, err = r.Reserve(t.Context(), 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, fill(a, b, recs(9)))
+	require.NoError(t, r.Commit(1))
+	assert.Equal(t, []int64{5, 6, 9}, read(t, r, 3, 8, false))
+	assert.Equal(t, int64(10), r.High())
+
+	a, b, err = r.Reserve(t.Context(), 0)
+	require.NoError(t, err)
+	assert.Empty(t, a)
+	assert.Empty(t, b)
+	require.NoError(t, r.Commit(0))
+}
+
+// A reservation whose items are out of order, or below High, or that the
+// ring closed under, appends nothing and is zeroed.
+func TestCommitRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		items []rec
+		close bool
+		want  error
+	}{
+		{"decreasing", recs(12, 11), false, ErrOrder},
+		{"below high", recs(9, 11), false, ErrOrder},
+		{"across the wrap", recs(12, 11, 13), false, ErrOrder},
+		{"closed", recs(11, 12), true, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(4, 0, recOffset)
+			require.NoError(t, r.Append(t.Context(), recs(8, 9)))
+			read(t, r, 10, 1, true)
+			require.NoError(t, r.Append(t.Context(), recs(10)))
+			a, b, err := r.Reserve(t.Context(), len(tc.items))
+			require.NoError(t, err)
+			require.Equal(t, len(tc.items), fill(a, b, tc.items))
+			if tc.close {
+				r.Close(nil)
+			}
+			require.ErrorIs(t, r.Commit(len(tc.items)), tc.want)
+			assert.Equal(t, int64(11), r.High(), "nothing appended")
+			for _, s := range append(a, b...) {
+				assert.Zero(t, s, "refused slots are zeroed")
+			}
+			got, err := r.TryRead(10, make([]rec, 0, 8), false)
+			assert.Equal(t, []int64{10}, offsets(got))
+			if !tc.close {
+				require.NoError(t, err)
+				a, b, err := r.Reserve(t.Context(), 1)
+				require.NoError(t, err)
+				fill(a, b, recs(11))
+				require.NoError(t, r.Commit(1), "the writer goes on after a refusal")
+			}
+		})
+	}
+}
+
+// Reserve waits, like Append, while the ring is full of unread items, and
+// returns at the pacer's read, a context's end or Close.
+func TestReserveWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(2, 0, recOffset)
+		require.NoError(t, r.Append(t.Context(), recs(0, 1)))
+		got := make(chan int, 1)
+		go func() {
+			a, b, err := r.Reserve(t.Context(), 2)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- fill(a, b, recs(2, 3))
+			if err := r.Commit(len(a) + len(b)); err != nil {
+				t.Error(err)
+			}
+		}()
+		synctest.Wait()
+		require.Empty(t, got, "full of unread items: Reserve waits")
+		read(t, r, 1, 1, true) // the pacer read 0
+		assert.Equal(t, 1, <-got, "room for one")
+		synctest.Wait()
+		assert.Equal(t, int64(3), r.High())
+
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() { _, _, err := r.Reserve(ctx, 1); errc <- err }()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+
+		go func() { _, _, err := r.Reserve(t.Context(), 1); errc <- err }()
+		synctest.Wait()
+		r.Close(io.EOF)
+		require.ErrorIs(t, <-errc, ErrClosed)
+	})
+}
+
+// Readers and Discard run while the writer fills a reservation (for -race:
+// nothing but the writer touches reserved slots).
+func TestReserveConcurrentReaders(t *testing.T) {
+	r := New(64, 0, recOffset)
+	const total = 20_000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dst := make([]rec, 0, 16)
+		var cursor int64
+		for cursor < total {
+			got, err := r.Read(t.Context(), cursor, dst[:0], true)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, it := range got {
+				if it.off != cursor || it.val != "v" {
+					t.Errorf("read %+v at cursor %d", it, cursor)
+					return
+				}
+				cursor++
+			}
+			r.Discard(cursor)
+		}
+	}()
+	var next int64
+	for next < total {
+		a, b, err := r.Reserve(t.Context(), int(min(total-next, 7)))
+		require.NoError(t, err)
+		k := 0
+		for _, s := range [][]rec{a, b} {
+			for i := range s {
+				s[i] = rec{off: next, val: "v"}
+				next++
+				k++
+			}
+		}
+		require.NoError(t, r.Commit(k))
+	}
+	<-done
+}
+
+func TestReserveNoAllocs(t *testing.T) {
+	r := New(64, 0, recOffset)
+	dst := make([]rec, 0, 16)
+	var next int64
+	allocs := testing.AllocsPerRun(1000, func() {
+		a, b, err := r.Reserve(context.Background(), 8)
+		if err != nil || len(a)+len(b) != 8 {
+			t.Fatal(err, len(a)+len(b))
+		}
+		for i := range 8 {
+			s := &a[0]
+			if i < len(a) {
+				s = &a[i]
+			} else {
+				s = &b[i-len(a)]
+			}
+			*s = rec{off: next + int64(i)}
+		}
+		if err := r.Commit(8); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Read(context.Background(), next, dst[:0], true); err != nil {
+			t.Fatal(err)
+		}
+		next += 8
+		_, _ = r.TryRead(next, dst[:0], true)
+	})
+	assert.Zero(t, allocs)
+}
+
+// View hands the pacer the ring's own slots (no copy), up to the limit and
+// the array's end, and counts as the pacer's read like Read(pacer=true).
+func TestView(t *testing.T) {
+	r := New(4, 0, recOffset)
+	require.NoError(t, r.Append(t.Context(), recs(0, 1, 2)))
+	v, err := r.View(t.Context(), 0, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 1}, offsets(v), "up to the limit")
+	v[1].val = "seen" // the pacer may write its view
+	v, err = r.View(t.Context(), 1, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2}, offsets(v))
+	assert.Equal(t, "seen", v[0].val, "the ring's own slot")
+	require.NoError(t, r.Append(t.Context(), recs(3, 4)), "0 was read by the pacer: evicted for 4")
+	assert.Equal(t, int64(1), r.Low())
+	v, err = r.View(t.Context(), 3, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{3}, offsets(v), "no further than the array's end")
+	v, err = r.View(t.Context(), 4, 8)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{4}, offsets(v), "then from the array's start")
+
+	_, err = r.View(t.Context(), 0, 8)
+	require.ErrorIs(t, err, ErrEvicted)
+	r.Close(io.EOF)
+	_, err = r.View(t.Context(), 5, 8)
+	require.ErrorIs(t, err, io.EOF)
+}
+
+// View waits for an item like Read.
+func TestViewWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(4, 0, recOffset)
+		got := make(chan []int64, 1)
+		go func() {
+			v, err := r.View(t.Context(), 0, 8)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- offsets(v)
+		}()
+		synctest.Wait()
+		require.Empty(t, got)
+		require.NoError(t, r.Append(t.Context(), recs(0, 1)))
+		assert.Equal(t, []int64{0, 1}, <-got)
+	})
+}
+
+// The writer appends (and would grow the array) while the pacer writes the
+// slots of its view: the array is not copied under the pacer (for -race),
+// and every item arrives once, in order, as the writer wrote it.
+func TestViewWhileWriterGrows(t *testing.T) {
+	r := New(4096, 0, recOffset)
+	const total = 50_000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var cursor int64
+		for cursor < total {
+			v, err := r.View(t.Context(), cursor, 64)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range v {
+				if v[i].off != cursor || v[i].val != "v" {
+					t.Errorf("viewed %+v at cursor %d", v[i], cursor)
+					return
+				}
+				v[i].val = "processed"
+				cursor++
+			}
+			r.Discard(cursor)
+		}
+	}()
+	var next int64
+	for next < total {
+		k := int(min(total-next, 1+next%97))
+		a, b, err := r.Reserve(t.Context(), k)
+		require.NoError(t, err)
+		n := 0
+		for _, s := range [][]rec{a, b} {
+			for i := range s {
+				s[i] = rec{off: next, val: "v"}
+				next++
+				n++
+			}
+		}
+		require.NoError(t, r.Commit(n))
+	}
+	<-done
+}

@@ -138,6 +138,7 @@ func BenchmarkChainExtraStage(b *testing.B) {
 	b.ReportMetric(float64(d[4]-d[1])/per, "ns/extra-stage")
 	b.ReportMetric((float64(m[4])-float64(m[1]))/per, "allocs/extra-stage")
 	b.ReportMetric(float64(d[1])/float64(2*b.N), "ns/record@1-stage")
+	b.ReportMetric(float64(cpu[1])/float64(2*b.N), "cpu-ns/record@1-stage")
 	// CPU time (user + system, the whole process) is less sensitive to
 	// other processes on a shared machine than wall time.
 	b.ReportMetric(float64(cpu[4]-cpu[1])/per, "cpu-ns/extra-stage")

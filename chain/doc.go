@@ -7,16 +7,19 @@
 //
 // One PartitionedConsumerChain (partitionRun) per partition given to
 // RunPartition: a fetcher that reads the partition once and decodes every
-// record once into a bounded handoff buffer (package buffer); one goroutine
-// per stage reading that buffer at its own cursor (a follower that falls out
-// of the buffer polls Kafka itself through Source.Poll and returns when the
-// buffer covers it again; the first stage pauses, at most 20 ms at a time,
-// when the slowest follower reading the buffer is about to be evicted —
-// DESIGN.md "Stage 0 pauses, briefly"); optional key-parallel workers per
-// stage, optionally capped across the whole chain (WithWorkerCap: slots go
-// to the keys with the most records ready, so a hot key's records run back
-// to back); a contiguous-completion tracker per stage and the commit loop
-// (package commit). The Kafka adapter (package kafka) calls RunPartition
+// record once, straight into its slot of a bounded handoff buffer (package
+// buffer; a one-stage chain's stage reads it there, others copy it into
+// their batch); one goroutine per stage reading that buffer at its own
+// cursor (a follower that falls out of the buffer polls Kafka itself
+// through Source.Poll and returns when the buffer covers it again; a
+// follower's gate rereads its leader's checkpoint only when the one it
+// last saw does not let the record through; the first stage pauses, at
+// most 20 ms at a time, when the slowest follower reading the buffer is
+// about to be evicted — DESIGN.md "Stage 0 pauses, briefly"); optional
+// key-parallel workers per stage, optionally capped across the whole chain
+// (WithWorkerCap: slots go to the keys with the most records ready, so a
+// hot key's records run back to back); a contiguous-completion tracker per
+// stage and the commit loop (package commit). The Kafka adapter (package kafka) calls RunPartition
 // for every claim; the tester (chain/chaintest) does the same with
 // in-memory logs.
 //

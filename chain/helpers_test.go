@@ -165,3 +165,52 @@ func (o *invariantObserver) check() {
 		o.t.Fatalf("%d invariant violations, first: %s", len(o.errs), o.errs[0])
 	}
 }
+
+// completionChecker is an invariantObserver that also hears every
+// completion (chain.CompletionObserver) and checks I1 against them, not
+// against what the engine reports: a follower begins offset o only once
+// its leader has really completed every offset up to o + d (up to o when
+// idle). For runs that start at offset 0 without restarts.
+type completionChecker struct {
+	*invariantObserver
+	prefix map[int]int64 // per stage: every offset below it is complete
+	done   map[int]map[int64]bool
+}
+
+func newCompletionChecker(t testing.TB, d int64, lateness time.Duration) *completionChecker {
+	return &completionChecker{invariantObserver: newInvariantObserver(t, d, lateness), prefix: map[int]int64{}, done: map[int]map[int64]bool{}}
+}
+
+func (c *completionChecker) Completed(_ string, _ int32, stage int, off int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done[stage] == nil {
+		c.done[stage] = map[int64]bool{}
+	}
+	c.done[stage][off] = true
+	for c.done[stage][c.prefix[stage]] {
+		delete(c.done[stage], c.prefix[stage])
+		c.prefix[stage]++
+	}
+}
+
+func (c *completionChecker) Begin(b chain.BeginInfo) {
+	c.invariantObserver.Begin(b)
+	if b.Stage == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	need := b.Offset + c.d
+	if b.Idle {
+		need = b.Offset
+	}
+	if done := c.prefix[b.Stage-1]; done <= need {
+		c.errs = append(c.errs, fmt.Sprintf("I1: stage %d began %d while its leader had completed only up to %d (reported %d, idle %v)",
+			b.Stage, b.Offset, done, b.LeaderNext, b.Idle))
+	}
+	if b.LeaderNext > c.prefix[b.Stage-1] {
+		c.errs = append(c.errs, fmt.Sprintf("stage %d began %d reporting leader position %d, above its completed prefix %d",
+			b.Stage, b.Offset, b.LeaderNext, c.prefix[b.Stage-1]))
+	}
+}

@@ -34,7 +34,7 @@ func TestI1NoOvertakingRandomized(t *testing.T) {
 				for i := range costs {
 					costs[i] = time.Duration(costRng.IntN(2000)) * time.Microsecond
 				}
-				obs := newInvariantObserver(t, d, lateness)
+				obs := newCompletionChecker(t, d, lateness)
 				tt := chaintest.New(t, threeStages(r, rng.IntN(2) == 0, keyConc, func(o int64) time.Duration { return costs[o%2000] }),
 					testDecoder, chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
 					chain.WithBufferSize(bufSize), chain.WithBatchSize(min(bufSize, 1+rng.IntN(32))), chain.WithInFlight(64))

@@ -254,7 +254,10 @@ type Observer interface {
 }
 
 // BeginInfo describes one record a stage begins, with the leader's published
-// checkpoint at the instant the gate released it.
+// checkpoint that released it: the last one the gate loaded, which may be
+// older than the leader's checkpoint at that instant (positions and
+// watermarks only grow, so an older one that lets the record through means
+// the current one does too).
 type BeginInfo struct {
 	Topic      string
 	Partition  int32

@@ -603,7 +603,6 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 	if p.eos.refetch > p.start && !p.refill(ctx) {
 		return
 	}
-	evs := make([]Event, 0, p.c.cfg.batchSize)
 	for {
 		if len(recs) == 0 {
 			var err error
@@ -620,28 +619,66 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 			}
 			p.noteFetched(recs)
 		}
-		evs = evs[:0]
+		// Records below every stage's resume position, or re-delivered,
+		// are dropped.
 		high := p.ring.High()
+		n := 0
 		for i := range recs {
-			if recs[i].Offset < high {
-				continue // below every stage's resume position, or re-delivered
+			if recs[i].Offset >= high {
+				if n != i {
+					recs[n] = recs[i]
+				}
+				n++
 			}
-			evs = append(evs, p.decode(&recs[i]))
 		}
+		err := p.appendRing(ctx, recs[:n])
 		clear(recs)
 		recs = recs[:0]
-		if len(evs) > 0 {
-			if err := p.ring.Append(ctx, evs); err != nil {
-				if ctx.Err() == nil && !errors.Is(err, buffer.ErrClosed) {
-					// Offsets out of order from the source: stopping the
-					// fetcher quietly would stall the partition for ever.
-					p.fail(fmt.Errorf("fetch: %w", err))
-				}
-				return
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, buffer.ErrClosed) {
+				// Offsets out of order from the source: stopping the
+				// fetcher quietly would stall the partition for ever.
+				p.fail(fmt.Errorf("fetch: %w", err))
 			}
-			clear(evs)
+			return
 		}
 	}
+}
+
+// appendRing decodes recs straight into the handoff buffer's slots
+// (Ring.Reserve): each event is written once, where the stages read it,
+// instead of into a batch that Append then copies (issue #13: the fetcher
+// copied every 216-byte event twice, and with the garbage collector
+// running every copy of its pointers runs write barriers). Decoding runs
+// outside the ring's lock.
+func (p *partitionRun) appendRing(ctx context.Context, recs []Record) error {
+	for len(recs) > 0 {
+		a, b, err := p.ring.Reserve(ctx, len(recs))
+		if err != nil {
+			return err
+		}
+		k := p.decodeInto(a, recs)
+		k += p.decodeInto(b, recs[k:])
+		recs = recs[k:]
+		if err := p.ring.Commit(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeInto decodes the first min(len(dst), len(recs)) records into dst
+// and returns how many. Every field of each event is written (a slot may
+// hold an evicted event).
+func (p *partitionRun) decodeInto(dst []Event, recs []Record) int {
+	n := min(len(dst), len(recs))
+	for i := range n {
+		ev := &dst[i]
+		ev.Record = recs[i]
+		ev.Decoded, ev.Err = p.c.dec.Decode(&ev.Record)
+		ev.span = nil
+	}
+	return n
 }
 
 // noteFetched records how far the main stream has been read.
@@ -655,6 +692,23 @@ func (p *partitionRun) decode(r *Record) Event {
 	ev := Event{Record: *r}
 	ev.Decoded, ev.Err = p.c.dec.Decode(r)
 	return ev
+}
+
+// appendDecoded appends r's event to evs, decoded in its slot: the event
+// (216 bytes) is written once, not built and then copied (issue #13). A
+// slot within evs's capacity is reused without zeroing it first: every
+// field is written.
+func (p *partitionRun) appendDecoded(evs []Event, r *Record) []Event {
+	if n := len(evs); n < cap(evs) {
+		evs = evs[:n+1]
+	} else {
+		evs = append(evs, Event{})
+	}
+	ev := &evs[len(evs)-1]
+	ev.Record = *r
+	ev.Decoded, ev.Err = p.c.dec.Decode(&ev.Record)
+	ev.span = nil
+	return evs
 }
 
 func (p *partitionRun) commitLoop(ctx context.Context) {

@@ -82,9 +82,20 @@ type stageRun struct {
 	// more records than batch holds, so it has its own slice, kept at the
 	// size it grew to instead of regrowing at every fetch.
 	pollBatch []Event
-	poller    Poller
-	pc        *Context
-	disp      *dispatcher
+	// inPlace: the stage reads the handoff buffer's slots in place
+	// (Ring.View) instead of copying them into batch — the first stage of
+	// a one-stage chain, which no other stage reads behind. viewed: the
+	// batch in hand is such a view (not to be cleared: the slots are the
+	// ring's, which discards them).
+	inPlace, viewed bool
+	// seen is the leader's checkpoint as the gate last loaded it. A
+	// leader's position and watermark only grow, so a record that seen
+	// already lets through needs no fresh load (issue #13: the load read
+	// a cache line the leader writes at every record, once per record).
+	seen   release
+	poller Poller
+	pc     *Context
+	disp   *dispatcher
 	// work is the processors' and producer's context: it outlives a stop
 	// until the shutdown timeout abandons the records still in flight.
 	work context.Context
@@ -103,6 +114,7 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 		batch: make([]Event, 0, p.c.cfg.batchSize),
 	}
 	s.seq, _ = st.Processor.(Sequencer)
+	s.inPlace = i == 0 && len(p.c.stages) == 1
 	if i > 0 {
 		s.leader = p.stages[i-1]
 		if st.Gate == GateKey {
@@ -193,7 +205,9 @@ func (s *stageRun) eachRecord(ctx context.Context, do func(context.Context, *Eve
 			}
 			s.cursor = ev.Offset + 1
 		}
-		clear(batch)
+		if !s.viewed {
+			clear(batch)
+		}
 	}
 }
 
@@ -214,6 +228,7 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 	ring := s.p.ring
 	s.readPos.Store(s.cursor)
 	s.readMoved.notify()
+	s.viewed = false
 	for {
 		if s.mode.Load() == modeBuffered {
 			if s.idx == 0 {
@@ -221,9 +236,13 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 			}
 			var b []Event
 			var err error
-			if s.kg != nil {
+			switch {
+			case s.kg != nil:
 				b, err = s.readKeyedBuffer(ctx)
-			} else {
+			case s.inPlace:
+				b, err = ring.View(ctx, s.cursor, cap(s.batch))
+				s.viewed = err == nil
+			default:
 				b, err = ring.Read(ctx, s.cursor, s.batch[:0], s.idx == 0)
 			}
 			if errors.Is(err, buffer.ErrEvicted) {
@@ -264,7 +283,7 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 		}
 		b := s.pollBatch[:0]
 		for i := range recs {
-			b = append(b, s.p.decode(&recs[i]))
+			b = s.p.appendDecoded(b, &recs[i])
 		}
 		clear(recs)
 		s.recs = recs[:0]
@@ -374,12 +393,16 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 	if processing {
 		need = addSaturating(ev.Time.UnixNano(), int64(cfg.lateness))
 	}
+	if r := s.seen; r.leaderNext > o+cfg.offsetDistance && (!processing || r.leaderWM > need) {
+		return r, nil
+	}
 	var ch <-chan struct{}
 	spins := 0
 	for {
 		ln, lwm := l.cp.load()
 		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
-			return release{leaderNext: ln, leaderWM: lwm}, nil
+			s.seen = release{leaderNext: ln, leaderWM: lwm}
+			return s.seen, nil
 		}
 		if ch == nil {
 			if spins < gateSpins {

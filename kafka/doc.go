@@ -9,7 +9,10 @@
 // every goroutine it starts (sarama's, the claims', the error logger) has
 // returned when Run returns. A Producer owns its own client until Close.
 // The chain owns everything per partition (stages, buffer, commit state);
-// the adapter only gives it a chain.Assignment per claim.
+// the adapter only gives it a chain.Assignment per claim. The records it
+// hands the chain share sarama's key, value and header bytes; their header
+// slices come from shared blocks (one allocation per 512 headers, not one
+// per record; each slice capped at its length, so an append copies).
 //
 // # The client split
 //

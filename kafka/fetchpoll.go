@@ -42,6 +42,7 @@ type fetchPoller struct {
 	maxBytes int32 // the partition's byte limit of the next fetch
 	filter   kfetch.Filter
 	pending  []chain.Record
+	hdrs     headerArena // the pending records' headers
 }
 
 func newFetchPoller(client sarama.Client, log *slog.Logger, topic string, partition int32, from int64, batch int) *fetchPoller {
@@ -175,6 +176,6 @@ func (p *fetchPoller) outOfRange(b *sarama.FetchResponseBlock) error {
 func (p *fetchPoller) appendRecord(batch *sarama.RecordBatch, r *sarama.Record) {
 	p.pending = append(p.pending, chain.Record{
 		Topic: p.topic, Partition: p.partition, Offset: kfetch.Offset(batch, r),
-		Key: r.Key, Value: r.Value, Timestamp: kfetch.Timestamp(batch, r), Headers: headers(r.Headers),
+		Key: r.Key, Value: r.Value, Timestamp: kfetch.Timestamp(batch, r), Headers: p.hdrs.headers(r.Headers),
 	})
 }

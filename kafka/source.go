@@ -19,6 +19,7 @@ type claimSource struct {
 	batch int
 	poll  *pollClient
 	probe *leaderProbe // nil: no probing
+	hdrs  headerArena  // the headers of the records Fetch returns
 }
 
 // Fetch blocks for the claim's next message, then takes what is already
@@ -27,7 +28,7 @@ type claimSource struct {
 // channel is closed (revoke, session end).
 func (s *claimSource) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, error) {
 	n := len(dst)
-	dst, err := drain(ctx, s.claim.Messages(), dst, s.batch, io.EOF)
+	dst, err := drain(ctx, s.claim.Messages(), dst, s.batch, io.EOF, &s.hdrs)
 	if len(dst) > n && s.probe != nil {
 		s.probe.contact.Store(s.probe.now().UnixNano()) // records came from the leader
 	}
@@ -62,8 +63,8 @@ func (s *claimSource) Poll(ctx context.Context, from int64) (chain.Poller, error
 
 // drain receives one message (blocking), then every message the channel
 // already holds, up to the limit. closedErr is returned when the channel is
-// closed before a message arrives.
-func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain.Record, batch int, closedErr error) ([]chain.Record, error) {
+// closed before a message arrives. The records' headers come from hdrs.
+func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain.Record, batch int, closedErr error, hdrs *headerArena) ([]chain.Record, error) {
 	limit := cap(dst) - len(dst)
 	if limit <= 0 {
 		limit = batch
@@ -73,7 +74,7 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 		if !ok {
 			return dst, closedErr
 		}
-		dst = append(dst, Record(m))
+		dst = append(dst, hdrs.record(m))
 	case <-ctx.Done():
 		return dst, ctx.Err()
 	}
@@ -83,7 +84,7 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 			if !ok {
 				return dst, nil // the next call reports the closing
 			}
-			dst = append(dst, Record(m))
+			dst = append(dst, hdrs.record(m))
 		default:
 			return dst, nil
 		}
@@ -103,6 +104,52 @@ func Record(m *sarama.ConsumerMessage) chain.Record {
 		Timestamp: m.Timestamp,
 		Headers:   headers(m.Headers),
 	}
+}
+
+// headerArena hands out the chain's copies of records' headers from shared
+// blocks: one allocation per headerBlock headers instead of one per record
+// with headers (issue #13: it was the chain's only allocation per record on
+// the consumer's path). A block lives as long as any record using it; each
+// record's slice is capped at its own length, so an append to it copies
+// instead of writing into a neighbour's headers.
+type headerArena struct {
+	block []chain.Header
+}
+
+// headerBlock is how many headers one arena block holds (48 bytes each).
+const headerBlock = 512
+
+// record is Record(m) with its headers from the arena.
+func (a *headerArena) record(m *sarama.ConsumerMessage) chain.Record {
+	return chain.Record{
+		Topic:     m.Topic,
+		Partition: m.Partition,
+		Offset:    m.Offset,
+		Key:       m.Key,
+		Value:     m.Value,
+		Timestamp: m.Timestamp,
+		Headers:   a.headers(m.Headers),
+	}
+}
+
+// headers copies hs (nil entries skipped) into the arena.
+func (a *headerArena) headers(hs []*sarama.RecordHeader) []chain.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	if cap(a.block)-len(a.block) < len(hs) {
+		a.block = make([]chain.Header, 0, max(headerBlock, len(hs)))
+	}
+	start := len(a.block)
+	for _, h := range hs {
+		if h != nil {
+			a.block = append(a.block, chain.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	if len(a.block) == start {
+		return nil
+	}
+	return a.block[start:len(a.block):len(a.block)]
 }
 
 func headers(hs []*sarama.RecordHeader) []chain.Header {
