@@ -162,15 +162,15 @@ func TestIdleReleaseAtATransactionalTail(t *testing.T) {
 				synctest.Wait()
 				log.StallFetch()
 				tt.Append(0, chaintest.Rec("u", ev("click", 5), base)) // late click, at 2
-				log.Skip(1)                                         // its transaction's commit marker, 3
+				log.Skip(1)                                            // its transaction's commit marker, 3
 				time.Sleep(20 * idleTestTimeout)
 				synctest.Wait()
 				require.Empty(t, tt.Outputs("output"), "released while the late click was in the log, unfetched")
 
 				log.ResumeFetch()
 				tt.Append(0, chaintest.Rec("w", ev("install", 50), base)) // 4, a transaction aborted below
-				log.Skip(4)                                              // aborted records 5-7 and the abort marker 8
-				tt.WaitIdle()                                            // only the idle release can let the installs through
+				log.Skip(4)                                               // aborted records 5-7 and the abort marker 8
+				tt.WaitIdle()                                             // only the idle release can let the installs through
 				require.Equal(t, []string{"install@1<-2", "install@4<-none"}, outputValues(tt.Outputs("output")))
 				require.Equal(t, model(log.Records()), outputValues(tt.Outputs("output")))
 
