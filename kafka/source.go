@@ -21,6 +21,8 @@ type claimSource struct {
 	probe *leaderProbe // nil: no probing
 }
 
+var _ chain.EndConfirmer = (*claimSource)(nil) // probe.go
+
 // Fetch blocks for the claim's next message, then takes what is already
 // buffered without blocking, up to the spare capacity of dst (or the
 // configured batch when dst has none). It returns io.EOF once the claim's

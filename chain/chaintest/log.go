@@ -32,6 +32,8 @@ type Log struct {
 	checks   int  // ConfirmEnd calls
 }
 
+var _ chain.EndConfirmer = (*Log)(nil)
+
 func newLog(topic string, p int32) *Log {
 	return &Log{topic: topic, partition: p, changed: make(chan struct{}), maxBatch: 64}
 }
