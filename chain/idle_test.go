@@ -187,3 +187,43 @@ func TestIdleReleaseAtATransactionalTail(t *testing.T) {
 		})
 	}
 }
+
+// TestLagAtAQuietTail: a one-stage chain has no follower to ask whether
+// the log's tail is only markers, so the commit loop asks once the
+// partition has been quiet for the idle timeout with the high watermark
+// beyond what was fetched: a tail of markers and aborted records is then no
+// lag, and records in the log that a stalled fetcher has not delivered
+// are. Before the check the lag at the marker stayed 1 for ever.
+func TestLagAtAQuietTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		tt := chaintest.New(t, []chain.Stage{{Name: "only", Processor: r.proc(false, nil)}}, testDecoder,
+			chain.WithIdleTimeout(idleTestTimeout), chain.WithCommitInterval(time.Second))
+		tt.Start(0)
+		log := tt.Log(0)
+		lag := func() int64 {
+			ps := tt.Stats()
+			require.Len(t, ps, 1)
+			return ps[0].Stages[0].Lag
+		}
+		tt.Feed(0, chaintest.Rec("u", ev("click", 1), base), chaintest.Rec("u", ev("click", 2), base))
+		log.Skip(3) // a commit marker, an aborted record and its marker
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(0), lag(), "markers and aborted records are no lag")
+		require.Equal(t, 1, log.EndChecks(), "asked once for this end")
+
+		log.StallFetch()
+		tt.Append(0, chaintest.Rec("u", ev("click", 3), base), chaintest.Rec("u", ev("click", 4), base))
+		log.Skip(1)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(3), lag(), "records the stalled fetcher has not delivered (and their marker) are lag")
+		log.ResumeFetch()
+		tt.WaitIdle()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(0), lag())
+		require.NoError(t, tt.Stop())
+	})
+}
