@@ -119,8 +119,8 @@ func BenchmarkGuarantee(b *testing.B) {
 					for p, e := range ends {
 						cw.ends[p], pw.ends[p] = e, e
 					}
-					// The partition gate in both modes (exactly-once supports no other yet).
-					ch, err := attribution.NewChainWith(cfg, attribution.Wiring{Gate: chain.GatePartition}, append(opts, chain.WithObserver(cw), chain.WithObserver(pw))...)
+					// The attribution default (the key-scoped gate) in both modes.
+					ch, err := attribution.NewChainWith(cfg, attribution.Wiring{}, append(opts, chain.WithObserver(cw), chain.WithObserver(pw))...)
 					if err != nil {
 						b.Fatal(err)
 					}
