@@ -69,7 +69,8 @@ type partitionRun struct {
 	// view is the ring and stages Stats reads (set once they are built,
 	// replaced when an exactly-once abort rebuilds them).
 	view atomic.Pointer[partView]
-	// closers: pollers being closed off their stage goroutines.
+	// closers: pollers being closed off their stage goroutines, and the
+	// idle release's end checks (idle.go).
 	closers sync.WaitGroup
 	// pace's state (owned by the first stage's goroutine) and counters.
 	pauseLag             int64

@@ -169,3 +169,43 @@ func TestReadEndStepsOverMarkersAndAbortedRecords(t *testing.T) {
 	require.Equal(t, answer{7, 7, true}, check(false, 6), "read_uncommitted: it is")
 	require.NoError(t, txn.AbortTxn())
 }
+
+// BenchmarkReadEnd is the cost of one idle-release end check at a
+// transactional tail (a commit marker past the last record, then an aborted
+// transaction): what a follower's idle release waits for after the idle
+// deadline.
+func BenchmarkReadEnd(b *testing.B) {
+	br := testbroker.New(b)
+	topic := br.Topic(b, 1)
+	cfg := br.Config()
+	cfg.Producer.Idempotent = true
+	cfg.Producer.Transaction.ID = testbroker.Name(b, "txn")
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	txn, err := sarama.NewSyncProducer(br.Addrs(), cfg)
+	require.NoError(b, err)
+	defer func() { _ = txn.Close() }()
+	for _, commit := range []bool{true, false} {
+		require.NoError(b, txn.BeginTxn())
+		for range 10 {
+			_, _, err := txn.SendMessage(&sarama.ProducerMessage{Topic: topic, Partition: 0, Value: sarama.StringEncoder("v")})
+			require.NoError(b, err)
+		}
+		if commit {
+			require.NoError(b, txn.CommitTxn())
+		} else {
+			require.NoError(b, txn.AbortTxn())
+		}
+	}
+	ccfg := br.Config()
+	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	client, err := sarama.NewClient(br.Addrs(), ccfg)
+	require.NoError(b, err)
+	defer func() { _ = client.Close() }()
+	for b.Loop() {
+		_, end, more, err := readEnd(context.Background(), client, topic, 0, 10)
+		if err != nil || more || end != 22 {
+			b.Fatalf("end %d, more %v, err %v", end, more, err)
+		}
+	}
+}
