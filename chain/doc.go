@@ -28,8 +28,10 @@
 //   - No overtaking (I1): stage k begins offset o only when stage k−1's
 //     position is > o + OffsetDistance and, for records it processes, stage
 //     k−1's watermark is > eventTime + Lateness — or, when stage k−1 is idle
-//     (completed everything fetched and nothing arrived for IdleTimeout),
-//     when its position is > o. A blocked follower sleeps on its leader's
+//     (completed everything fetched, nothing arrived for IdleTimeout, and —
+//     with a Source that is an EndConfirmer — a read of the log asked after
+//     that deadline found nothing past what was fetched but markers and
+//     aborted or open transactions), when its position is > o. A blocked follower sleeps on its leader's
 //     progress signal (and a timer for the idle deadline), never in a poll
 //     loop. With Stage.Gate = GateKey the same holds per key (DESIGN §3
 //     "Gate scope"): stage k begins (o, t, key) once stage k−1 has
@@ -111,7 +113,12 @@
 // LeaderContact and CommitPending (the Kafka adapter's do): a partition's
 // lag is measured against the high watermark last seen, so a partition
 // whose leader is gone shows no lag, and only the contact time tells it
-// from an idle one.
+// from an idle one. With an EndConfirmer source a stage that completed
+// everything fetched is measured from the end the source confirmed holds
+// nothing more to deliver (a transactional tail of markers is no lag; a
+// stalled fetcher behind records in the log is); the commit loop asks for
+// that once per fetched end when the partition has been quiet for
+// IdleTimeout with the high watermark beyond it.
 //
 // # Concurrency
 //

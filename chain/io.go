@@ -33,6 +33,30 @@ type LeaderContact interface {
 	LeaderContact() time.Time
 }
 
+// EndConfirmer is optionally implemented by a Source that can ask the
+// partition's log, at the moment of the call, whether the main stream has
+// delivered everything in it: the Kafka adapter's does (one Fetch request
+// at from, without waiting); chaintest's Log does. The idle release needs
+// it (DESIGN.md "Idle release"): a leader that completed everything
+// fetched and saw nothing new for IdleTimeout is idle only once a
+// confirmation asked after that deadline found nothing more, so a fetcher
+// stalled behind records already in the log never makes its leader look
+// idle. A Source without it keeps the unconfirmed rule (what was fetched
+// plus IdleTimeout).
+type EndConfirmer interface {
+	// ConfirmEnd reports whether the log holds, at or after offset from,
+	// a record Fetch would deliver (more), and end, the offset up to which
+	// the log can be read (the high watermark; under read_committed the
+	// last stable offset). Offsets Fetch never delivers — transaction
+	// markers, compaction gaps, under read_committed the records of
+	// aborted transactions and those of transactions still open — are not
+	// "more": a log whose tail is only those is at its end. It blocks for
+	// at most one round trip to the partition's leader (plus its retries
+	// of a tail larger than one fetch) and returns ctx's error when ctx
+	// ends first.
+	ConfirmEnd(ctx context.Context, from int64) (end int64, more bool, err error)
+}
+
 // CommitPending is optionally implemented by a Committer that can tell
 // since when a commit has been waiting for the group coordinator's
 // acknowledgement: the first attempt of the oldest commit not yet

@@ -209,22 +209,25 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 		}
 		var timer *time.Timer
 		var tc <-chan time.Time
+		var answer <-chan struct{}
 		if ln := l.cp.next.Load(); ln > o {
-			if caughtUp, at := s.p.leaderIdle(ln); caughtUp {
-				wait := time.Until(at)
-				if wait <= 0 {
-					s.idles.Add(1)
-					return want{off: o, s: math.MinInt64, idle: true}, nil
-				}
-				timer = time.NewTimer(wait)
+			idle, at, ans := s.p.leaderIdle(ctx, ln)
+			if idle {
+				s.idles.Add(1)
+				return want{off: o, s: math.MinInt64, idle: true}, nil
+			}
+			if !at.IsZero() {
+				timer = time.NewTimer(time.Until(at))
 				tc = timer.C
 			}
+			answer = ans
 		}
 		select {
 		case <-ch:
 		case <-wk:
 		case <-lp:
 		case <-tc:
+		case <-answer:
 		case <-ctx.Done():
 		}
 		if timer != nil {

@@ -141,7 +141,9 @@ func WithLateness(l time.Duration) Option {
 
 // WithIdleTimeout sets how long a leader that has completed everything fetched
 // must see no new record before its followers are released from the gate, so
-// the tail of a log never stalls. Default 1s.
+// the tail of a log never stalls. With a Source that is an EndConfirmer the
+// release also waits for a check of the log, asked after that deadline, that
+// found nothing past what was fetched (DESIGN.md "Idle release"). Default 1s.
 func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.idleTimeout = d })
 }

@@ -69,7 +69,8 @@ type partitionRun struct {
 	// view is the ring and stages Stats reads (set once they are built,
 	// replaced when an exactly-once abort rebuilds them).
 	view atomic.Pointer[partView]
-	// closers: pollers being closed off their stage goroutines.
+	// closers: pollers being closed off their stage goroutines, and the
+	// idle release's end checks (idle.go).
 	closers sync.WaitGroup
 	// pace's state (owned by the first stage's goroutine) and counters.
 	pauseLag             int64
@@ -78,6 +79,9 @@ type partitionRun struct {
 	// fetchedEnd is the offset after the last record the fetcher took from
 	// Source.Fetch (owned by the fetcher; read once it returned).
 	fetchedEnd int64
+	// endCheck: the idle release's confirmation that the log holds
+	// nothing the fetcher has not delivered (idle.go).
+	endCheck endCheck
 
 	eos eosRun // exactly-once mode (txnpartition.go)
 }
@@ -732,6 +736,7 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 			p.fail(err)
 			return
 		}
+		p.checkQuietTail(ctx) // Stats' lag at a transactional tail (idle.go)
 	}
 }
 
@@ -821,17 +826,4 @@ func (p *partitionRun) drain(deadline <-chan time.Time) (timedOut bool) {
 		}
 	}
 	return false
-}
-
-// leaderIdle reports whether a leader at position next has completed
-// everything the partition has fetched and, if so, when it counts as idle:
-// IdleTimeout after the last record arrived. (The high watermark is not
-// required: a transactional input keeps it one marker above the last record
-// for ever, which would stall the tail. The fetcher reads continuously, so
-// "nothing arrived for IdleTimeout" already means the log's end.)
-func (p *partitionRun) leaderIdle(next int64) (caughtUp bool, at time.Time) {
-	if next < p.ring.High() {
-		return false, time.Time{}
-	}
-	return true, p.ring.LastAppend().Add(p.c.cfg.idleTimeout)
 }

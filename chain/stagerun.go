@@ -419,20 +419,23 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 		}
 		var timer *time.Timer
 		var tc <-chan time.Time
+		var answer <-chan struct{}
 		if ln > o {
-			if caughtUp, at := s.p.leaderIdle(ln); caughtUp {
-				wait := time.Until(at)
-				if wait <= 0 {
-					s.idles.Add(1)
-					return release{leaderNext: ln, leaderWM: lwm, idle: true}, nil
-				}
-				timer = time.NewTimer(wait)
+			idle, at, ans := s.p.leaderIdle(ctx, ln)
+			if idle {
+				s.idles.Add(1)
+				return release{leaderNext: ln, leaderWM: lwm, idle: true}, nil
+			}
+			if !at.IsZero() {
+				timer = time.NewTimer(time.Until(at))
 				tc = timer.C
 			}
+			answer = ans
 		}
 		select {
 		case <-ch:
 		case <-tc:
+		case <-answer:
 		case <-ctx.Done():
 		}
 		if timer != nil {

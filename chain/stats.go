@@ -40,7 +40,11 @@ type StageStats struct {
 	Position int64
 	// Watermark is wm(S,p), zero if none.
 	Watermark time.Time
-	// Lag is HighWatermark − Position (-1 when the high watermark is unknown).
+	// Lag is HighWatermark − Position (-1 when the high watermark is
+	// unknown), where a stage that completed everything fetched counts as
+	// at the end of what the source confirmed holds nothing more to
+	// deliver (EndConfirmer: a transactional tail of markers or aborted
+	// records is no lag; a fetcher stalled behind records in the log is).
 	Lag int64
 	// GapOffsets and GapTime are the distance to the leader's checkpoint
 	// (zero for the first stage).
@@ -90,8 +94,13 @@ func (p *partitionRun) stats() PartitionStats {
 	}
 	ps.BufferLen, ps.BufferCap = v.ring.Len(), v.ring.Cap()
 	ps.BufferLow, ps.BufferHigh = v.ring.Low(), v.ring.High()
+	from, end, confirmed := p.confirmedEnd()
 	for _, s := range v.stages {
-		ps.Stages = append(ps.Stages, s.stats(ps.HighWatermark))
+		st := s.stats(ps.HighWatermark)
+		if ps.HighWatermark >= 0 {
+			st.Lag = stageLag(ps.HighWatermark, st.Position, from, end, confirmed)
+		}
+		ps.Stages = append(ps.Stages, st)
 	}
 	return ps
 }

@@ -41,7 +41,14 @@
 //     aborted transactions filtered as sarama's consumer does). A reader
 //     fetches only when its follower asks, and its follower is behind the
 //     leader, so its fetches answer at once instead of long-polling in
-//     front of the others; opening one costs no round trip.
+//     front of the others; opening one costs no round trip. The claims'
+//     end checks go here too (chain.EndConfirmer: before a follower's idle
+//     release, and once at a quiet tail for the lag): one Fetch at the
+//     offset after the last delivered record that does not wait, with the
+//     same filter, so a tail of transaction markers and aborted or open
+//     transactions reads as the end, and records the claim has not
+//     delivered yet (a stalled fetch) do not. Its high watermark counts as
+//     a probe answer.
 //   - producer: NewProducer's own client, idempotent with acks=all.
 //   - changelog (NewChangelog, for chain.WithChangelog): two clients of its
 //     own — an idempotent acks=all producer with explicit partitions (a

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // The leader probe records every answer of the partition's leader (its
@@ -104,3 +105,107 @@ type hwmClaim struct {
 }
 
 func (f hwmClaim) HighWaterMarkOffset() int64 { return f.hwm }
+
+// readEnd (the idle release's end check, ConfirmEnd) finds "more" exactly
+// where the claim would deliver a record at or after the offset asked
+// about, and steps over what it never delivers: a transaction marker, under
+// read_committed an aborted transaction's records and its marker, and
+// (read_committed stops at the last stable offset) the records of a
+// transaction still open. A small fetch size makes the aborted tail take
+// more than one request.
+func TestReadEndStepsOverMarkersAndAbortedRecords(t *testing.T) {
+	b := testbroker.New(t)
+	topic := b.Topic(t, 1)
+	plain, err := sarama.NewSyncProducer(b.Addrs(), b.Config())
+	require.NoError(t, err)
+	defer func() { _ = plain.Close() }()
+	cfg := b.Config()
+	cfg.Producer.Idempotent = true
+	cfg.Producer.Transaction.ID = testbroker.Name(t, "txn")
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	txn, err := sarama.NewSyncProducer(b.Addrs(), cfg)
+	require.NoError(t, err)
+	defer func() { _ = txn.Close() }()
+	send := func(p sarama.SyncProducer, want int64, vals ...string) {
+		for i, v := range vals {
+			_, off, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Partition: 0, Value: sarama.StringEncoder(v)})
+			require.NoError(t, err)
+			require.Equal(t, want+int64(i), off, v)
+		}
+	}
+
+	send(plain, 0, "p0")
+	require.NoError(t, txn.BeginTxn())
+	send(txn, 1, "c1")
+	require.NoError(t, txn.CommitTxn()) // marker at 2
+	require.NoError(t, txn.BeginTxn())
+	send(txn, 3, "a3", "a4")
+	require.NoError(t, txn.AbortTxn()) // marker at 5
+
+	type answer struct {
+		hwm, end int64
+		more     bool
+	}
+	check := func(readCommitted bool, from int64) answer {
+		t.Helper()
+		pc := newPollClient(t, b, readCommitted, 64)
+		hwm, end, more, err := readEnd(context.Background(), pc.client, topic, 0, from)
+		require.NoError(t, err)
+		return answer{hwm, end, more}
+	}
+	for _, rc := range []bool{true, false} {
+		require.Equal(t, answer{6, 6, true}, check(rc, 0), "read_committed %v: p0", rc)
+		require.Equal(t, answer{6, 6, true}, check(rc, 1), "read_committed %v: c1", rc)
+		require.Equal(t, answer{6, 6, false}, check(rc, 5), "read_committed %v: the abort marker", rc)
+		require.Equal(t, answer{6, 6, false}, check(rc, 6), "read_committed %v: the end", rc)
+	}
+	require.Equal(t, answer{6, 6, false}, check(true, 2), "read_committed: a commit marker, then an aborted transaction")
+	require.Equal(t, answer{6, 6, true}, check(false, 2), "read_uncommitted: the aborted records are delivered")
+
+	require.NoError(t, txn.BeginTxn())
+	send(txn, 6, "o6") // open
+	require.Equal(t, answer{7, 6, false}, check(true, 6), "read_committed: an open transaction is not yet readable")
+	require.Equal(t, answer{7, 7, true}, check(false, 6), "read_uncommitted: it is")
+	require.NoError(t, txn.AbortTxn())
+}
+
+// BenchmarkReadEnd is the cost of one idle-release end check at a
+// transactional tail (a commit marker past the last record, then an aborted
+// transaction): what a follower's idle release waits for after the idle
+// deadline.
+func BenchmarkReadEnd(b *testing.B) {
+	br := testbroker.New(b)
+	topic := br.Topic(b, 1)
+	cfg := br.Config()
+	cfg.Producer.Idempotent = true
+	cfg.Producer.Transaction.ID = testbroker.Name(b, "txn")
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	txn, err := sarama.NewSyncProducer(br.Addrs(), cfg)
+	require.NoError(b, err)
+	defer func() { _ = txn.Close() }()
+	for _, commit := range []bool{true, false} {
+		require.NoError(b, txn.BeginTxn())
+		for range 10 {
+			_, _, err := txn.SendMessage(&sarama.ProducerMessage{Topic: topic, Partition: 0, Value: sarama.StringEncoder("v")})
+			require.NoError(b, err)
+		}
+		if commit {
+			require.NoError(b, txn.CommitTxn())
+		} else {
+			require.NoError(b, txn.AbortTxn())
+		}
+	}
+	ccfg := br.Config()
+	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	client, err := sarama.NewClient(br.Addrs(), ccfg)
+	require.NoError(b, err)
+	defer func() { _ = client.Close() }()
+	for b.Loop() {
+		_, end, more, err := readEnd(context.Background(), client, topic, 0, 10)
+		if err != nil || more || end != 22 {
+			b.Fatalf("end %d, more %v, err %v", end, more, err)
+		}
+	}
+}

@@ -22,6 +22,8 @@ type claimSource struct {
 	hdrs  headerArena  // the headers of the records Fetch returns
 }
 
+var _ chain.EndConfirmer = (*claimSource)(nil) // probe.go
+
 // Fetch blocks for the claim's next message, then takes what is already
 // buffered without blocking, up to the spare capacity of dst (or the
 // configured batch when dst has none). It returns io.EOF once the claim's

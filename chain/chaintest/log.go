@@ -28,7 +28,11 @@ type Log struct {
 	cursor   int64 // main stream position
 	recEnd   int64 // offset after the last record appended
 	onFetch  func()
+	stalled  bool // StallFetch: the main stream delivers nothing
+	checks   int  // ConfirmEnd calls
 }
+
+var _ chain.EndConfirmer = (*Log)(nil)
 
 func newLog(topic string, p int32) *Log {
 	return &Log{topic: topic, partition: p, changed: make(chan struct{}), maxBatch: 64}
@@ -125,6 +129,45 @@ func (l *Log) FailNextFetch(err error) {
 	l.mu.Unlock()
 }
 
+// StallFetch makes the main stream deliver nothing until ResumeFetch, as a
+// fetcher stalled on a loaded machine or a slow connection: records
+// appended meanwhile are in the log (HighWatermark, ConfirmEnd and pollers
+// see them) but the partition's fetcher does not get them.
+func (l *Log) StallFetch() {
+	l.mu.Lock()
+	l.stalled = true
+	l.mu.Unlock()
+}
+
+// ResumeFetch ends StallFetch.
+func (l *Log) ResumeFetch() {
+	l.mu.Lock()
+	l.stalled = false
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// ConfirmEnd implements chain.EndConfirmer: whether the log holds a record
+// at or after from (gaps left by Skip — markers, aborted records — are not
+// records), and the log's end (the high watermark).
+func (l *Log) ConfirmEnd(ctx context.Context, from int64) (end int64, more bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checks++
+	return l.next, searchOffset(l.recs, from) < len(l.recs), nil
+}
+
+// EndChecks is how many times ConfirmEnd was called.
+func (l *Log) EndChecks() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.checks
+}
+
 // HighWatermark implements chain.Source.
 func (l *Log) HighWatermark() int64 { return l.End() }
 
@@ -145,7 +188,10 @@ func (l *Log) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, er
 			l.mu.Unlock()
 			return dst, err
 		}
-		out, n := l.readLocked(l.cursor, dst)
+		out, n := dst, l.cursor
+		if !l.stalled {
+			out, n = l.readLocked(l.cursor, dst)
+		}
 		ch := l.changed
 		if len(out) > len(dst) {
 			l.cursor = n
