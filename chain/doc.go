@@ -126,7 +126,12 @@
 // Stats. Within a partition, each stage goroutine owns its cursor, stream
 // time and mode; checkpoints are published under the stage's mutex (so they
 // never go backwards) through a sequence lock and read lock-free by
-// followers, the commit loop and Stats. Observers (WithObserver, any number)
+// followers, the commit loop and Stats. A record a stage runs on its own
+// goroutine (no key-parallel workers, no sequencer, no key-scoped follower,
+// not exactly-once) is counted as begun before its processor runs and
+// entered in the tracker after it, begun and completed under one lock
+// acquisition when it completes at once with no outputs (issue #13; Stats'
+// InFlight does not count it while its processor runs). Observers (WithObserver, any number)
 // are called from the partition's goroutines, concurrently. Every goroutine
 // a RunPartition call starts has returned when it returns, except one stuck
 // in a processor that ignores its cancelled context. See DESIGN.md in the

@@ -25,9 +25,15 @@ type RetryPolicy struct {
 // with an error that wraps both ctx.Err() and the last attempt's error;
 // callers that must tell a stop from a failure check ctx.Err() first.
 func (r RetryPolicy) Do(ctx context.Context, attempt func() error) error {
+	return r.after(ctx, attempt(), attempt)
+}
+
+// after is Do once the first attempt returned err: the chain's stages make
+// that attempt themselves, so a record that succeeds at once (nearly all)
+// builds no closure (issue #13).
+func (r RetryPolicy) after(ctx context.Context, err error, attempt func() error) error {
 	backoff := r.Backoff
 	for n := 0; ; n++ {
-		err := attempt()
 		if err == nil || IsFatal(err) || IsPermanent(err) || n >= r.MaxRetries {
 			return err
 		}
@@ -39,5 +45,6 @@ func (r RetryPolicy) Do(ctx context.Context, attempt func() error) error {
 			return fmt.Errorf("%w (retry cut short after: %w)", ctx.Err(), err)
 		}
 		backoff = min(2*backoff, r.MaxBackoff)
+		err = attempt()
 	}
 }

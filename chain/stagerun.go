@@ -55,6 +55,12 @@ type stageRun struct {
 
 	mu      sync.Mutex
 	tracker *commit.Tracker
+	// room is the tracker's free slots as of the stage goroutine's last
+	// begin (written under mu by that goroutine, read by it alone): a lower
+	// bound, since only that goroutine takes slots. While it is > 0 a
+	// record cannot be refused by a full window, so handle may run it
+	// before beginning it in the tracker (see run).
+	room int
 
 	// outstanding counts records begun and neither completed nor dropped;
 	// drained is notified when it may have reached zero (and, in
@@ -128,6 +134,7 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 		s.state = p.ps.Stage(i)
 	}
 	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
+	s.room = p.c.cfg.inFlight
 	s.tracker.SetInitialMeta(cp.Watermark)
 	s.cp.store(cp.Next, cp.Watermark)
 	s.lastNext.Store(cp.Next)
@@ -326,6 +333,16 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	var kh uint64
 	if s.keys != nil {
 		kh = s.p.keyHash(ev.Key)
+	}
+	if accept && s.room > 0 && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
+		// Run on this goroutine, nothing else to register: counted as
+		// begun now (a drain waits for it), entered in the tracker by run
+		// — together with its completion when it completes at once (one
+		// critical section instead of two, issue #13). The window has
+		// room, so nothing could have refused the record.
+		s.outstanding.Add(1)
+		s.observe(ev, accept, rel)
+		return s.run(s.pc, ev, streamBefore, 0, true)
 	}
 	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
 		ev.endSpan(OutcomeDropped, err)
@@ -535,6 +552,7 @@ func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 	if err == nil && s.keys != nil {
 		s.keys.begin(kh, o, sBefore)
 	}
+	s.room = s.tracker.Window() - s.tracker.Occupied()
 	s.mu.Unlock()
 	switch {
 	case err == nil:
@@ -574,6 +592,46 @@ func (s *stageRun) complete(o int64, kh uint64) {
 	if wake {
 		s.keys.follower.wake.notify()
 	}
+	s.completed(adv, next, wm, err)
+}
+
+// beginCompleted begins and completes o in the tracker under one lock: a
+// record handle ran before beginning it (see run) that completed at once.
+// Only the stage goroutine calls it, with the window known to have room.
+// It is complete for a stage without a key table, the begin included.
+func (s *stageRun) beginCompleted(o int64) {
+	if co := s.p.c.cfg.completion; co != nil {
+		co.Completed(s.p.topic, s.p.partition, s.idx, o)
+	}
+	s.mu.Lock()
+	adv, err := s.tracker.BeginCompleted(o, s.stream)
+	var next, wm int64
+	if adv {
+		next, wm = s.tracker.Position()
+		s.cp.store(next, wm)
+	}
+	s.room = s.tracker.Window() - s.tracker.Occupied()
+	s.mu.Unlock()
+	s.completed(adv, next, wm, err)
+}
+
+// beginLate enters o in the tracker: a record handle ran before beginning
+// it (see run) that did not complete at once. It is already counted in
+// outstanding.
+func (s *stageRun) beginLate(o int64) error {
+	s.mu.Lock()
+	err := s.tracker.Begin(o, s.stream)
+	s.room = s.tracker.Window() - s.tracker.Occupied()
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("stage %q: %w", s.name, err)
+	}
+	return nil
+}
+
+// completed is the rest of a completion, after the tracker's: the failure,
+// the progress signal and observer, the drain's count.
+func (s *stageRun) completed(adv bool, next, wm int64, err error) {
 	if err != nil {
 		s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))
 	}
@@ -604,19 +662,49 @@ func (s *stageRun) drop() {
 // and nothing of it is produced. process returns an error only when the
 // partition must stop.
 func (s *stageRun) process(pc *Context, ev *Event, stream int64, kh uint64) error {
+	return s.run(pc, ev, stream, kh, false)
+}
+
+// run is process. With unbegun the record is counted in outstanding but not
+// yet in the tracker (handle's direct path: run on the stage goroutine, no
+// key table, the window known to have room). If its first attempt succeeds
+// with no outputs it is begun and completed in one step (beginCompleted);
+// otherwise it is begun in the tracker before anything else happens to it
+// (retries, outputs, dead letter, drop), so every later step is process's.
+// The first attempt is made here, not through the retry policy: no closure
+// for a record that succeeds at once.
+func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun bool) error {
 	ctx, sp := s.work, ev.span
 	if sp != nil {
 		ctx = sp.Context(ctx) // the processor's own spans are children of the stage's
 	}
-	attempts := 0
-	err := s.retry.Do(s.work, func() error {
-		if attempts > 0 {
-			s.retries.Add(1)
+	pc.reset(ev.Offset, unixTime(stream))
+	err := s.st.Processor.Process(ctx, pc, ev)
+	if unbegun {
+		if err == nil && len(pc.out) == 0 && s.work.Err() == nil {
+			if sp != nil {
+				sp.Processed(1, 0, nil)
+			}
+			s.processed.Add(1)
+			endSpan(sp, OutcomeCompleted, nil)
+			s.beginCompleted(ev.Offset)
+			return nil
 		}
-		attempts++
-		pc.reset(ev.Offset, unixTime(stream))
-		return s.st.Processor.Process(ctx, pc, ev)
-	})
+		if berr := s.beginLate(ev.Offset); berr != nil {
+			s.drop()
+			ev.endSpan(OutcomeDropped, berr)
+			return berr
+		}
+	}
+	attempts := 1
+	if err != nil {
+		err = s.retry.after(s.work, err, func() error {
+			s.retries.Add(1)
+			attempts++
+			pc.reset(ev.Offset, unixTime(stream))
+			return s.st.Processor.Process(ctx, pc, ev)
+		})
+	}
 	if sp != nil {
 		sp.Processed(attempts, len(pc.out), err)
 	}

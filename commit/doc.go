@@ -26,7 +26,9 @@
 // full (head-of-line bound). The slot ring holds strictly increasing offsets;
 // Complete finds a slot in O(1) when offsets are dense and by binary search
 // (O(log window)) otherwise; Begin and Complete allocate nothing unless they
-// return a misuse error.
+// return a misuse error. [Tracker.BeginCompleted] is Begin and Complete of
+// one offset in one call, for a caller that runs a record to completion
+// before beginning the next (one critical section per record).
 //
 // # Manager: what to commit
 //

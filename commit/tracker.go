@@ -98,6 +98,35 @@ func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
 	return true, nil
 }
 
+// BeginCompleted begins and completes offset in one call: the same as
+// Begin(offset, meta) followed by Complete(offset), with the same errors
+// (ErrWindowFull, a *TrackerError wrapping ErrOutOfOrder) and nothing
+// changed on error. It is for a caller that runs a record to completion
+// before beginning the next one (the chain's synchronous stages: one
+// critical section per record instead of two). advanced reports whether
+// the position moved: it does exactly when nothing begun before offset is
+// still incomplete.
+func (t *Tracker) BeginCompleted(offset int64, meta int64) (advanced bool, err error) {
+	if offset <= t.last || offset == math.MaxInt64 {
+		return false, t.misuse("begin", offset, ErrOutOfOrder)
+	}
+	if t.n == len(t.slots) {
+		return false, ErrWindowFull
+	}
+	t.last = offset
+	if t.n == 0 {
+		// It would be the head, completed at once: released immediately.
+		t.meta = meta
+		t.released = true
+		return true, nil
+	}
+	// Behind an incomplete head: held, done, until the head completes.
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, done: true}
+	t.n++
+	t.done++
+	return false, nil
+}
+
 // release frees the completed slots at the head of the ring.
 func (t *Tracker) release() {
 	for t.n > 0 && t.slots[t.head].done {

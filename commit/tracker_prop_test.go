@@ -25,11 +25,15 @@ type modelRec struct {
 
 type trackerOp struct {
 	begin  bool
+	both   bool // with begin: BeginCompleted
 	offset int64
 	meta   int64
 }
 
 func (op trackerOp) String() string {
+	if op.both {
+		return fmt.Sprintf("BeginCompleted(%d, %d)", op.offset, op.meta)
+	}
 	if op.begin {
 		return fmt.Sprintf("Begin(%d, %d)", op.offset, op.meta)
 	}
@@ -48,6 +52,12 @@ func (m *trackerModel) position() (int64, int64) {
 
 // apply performs op on the model and returns the expected error sentinel.
 func (m *trackerModel) apply(op trackerOp) error {
+	if op.both {
+		if err := m.apply(trackerOp{begin: true, offset: op.offset, meta: op.meta}); err != nil {
+			return err
+		}
+		return m.apply(trackerOp{offset: op.offset})
+	}
 	next, _ := m.position()
 	if op.begin {
 		switch {
@@ -116,9 +126,12 @@ func (c *trackerChecker) do(op trackerOp) error {
 	want := c.m.apply(op)
 	var got error
 	advanced := false
-	if op.begin {
+	switch {
+	case op.both:
+		advanced, got = c.tr.BeginCompleted(op.offset, op.meta)
+	case op.begin:
 		got = c.tr.Begin(op.offset, op.meta)
-	} else {
+	default:
 		advanced, got = c.tr.Complete(op.offset)
 	}
 	if !errors.Is(got, want) || (want == nil) != (got == nil) {
@@ -138,7 +151,7 @@ func (c *trackerChecker) do(op trackerOp) error {
 	if next != wantNext || meta != wantMeta {
 		return c.fail("%v: position (%d, %d), model (%d, %d)", op, next, meta, wantNext, wantMeta)
 	}
-	if !op.begin && advanced != (next != c.prevNext) {
+	if (!op.begin || op.both) && advanced != (next != c.prevNext) {
 		return c.fail("%v: advanced=%v but position %d -> %d", op, advanced, c.prevNext, next)
 	}
 	if c.tr.InFlight() != c.m.inFlight() || c.tr.Occupied() != len(c.m.recs) {
@@ -172,7 +185,7 @@ func randomOp(r *rand.Rand, c *trackerChecker) trackerOp {
 		default:
 			off -= int64(r.IntN(3)) // out of order
 		}
-		return trackerOp{begin: true, offset: off, meta: r.Int64N(1 << 40)}
+		return trackerOp{begin: true, both: r.IntN(3) == 0, offset: off, meta: r.Int64N(1 << 40)}
 	}
 	switch p := r.IntN(100); {
 	case len(m.recs) == 0:
@@ -232,7 +245,7 @@ func bytesOp(kind, arg byte, c *trackerChecker) trackerOp {
 		if arg >= 250 {
 			off = m.last - int64(arg-250)
 		}
-		return trackerOp{begin: true, offset: off, meta: int64(kind)<<8 | int64(arg)}
+		return trackerOp{begin: true, both: kind&2 != 0, offset: off, meta: int64(kind)<<8 | int64(arg)}
 	}
 	if int(arg) < len(m.recs) {
 		return trackerOp{offset: m.recs[arg].offset}
