@@ -97,6 +97,11 @@ func drain(ctx context.Context, msgs <-chan *sarama.ConsumerMessage, dst []chain
 // Record converts a message sarama's consumer delivered into the chain's
 // record (for Source implementations over a sarama consumer).
 func Record(m *sarama.ConsumerMessage) chain.Record {
+	return recordWith(m, headers(m.Headers))
+}
+
+// recordWith is Record(m) with hs for its headers.
+func recordWith(m *sarama.ConsumerMessage, hs []chain.Header) chain.Record {
 	return chain.Record{
 		Topic:     m.Topic,
 		Partition: m.Partition,
@@ -104,7 +109,7 @@ func Record(m *sarama.ConsumerMessage) chain.Record {
 		Key:       m.Key,
 		Value:     m.Value,
 		Timestamp: m.Timestamp,
-		Headers:   headers(m.Headers),
+		Headers:   hs,
 	}
 }
 
@@ -123,15 +128,7 @@ const headerBlock = 512
 
 // record is Record(m) with its headers from the arena.
 func (a *headerArena) record(m *sarama.ConsumerMessage) chain.Record {
-	return chain.Record{
-		Topic:     m.Topic,
-		Partition: m.Partition,
-		Offset:    m.Offset,
-		Key:       m.Key,
-		Value:     m.Value,
-		Timestamp: m.Timestamp,
-		Headers:   a.headers(m.Headers),
-	}
+	return recordWith(m, a.headers(m.Headers))
 }
 
 // headers copies hs (nil entries skipped) into the arena.
