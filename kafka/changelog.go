@@ -242,7 +242,8 @@ func (c *Changelog) ensure(ctx context.Context, cfg ChangelogConfig) (int32, err
 const adminAttempts = 30 * time.Second
 
 // withAdmin runs fn with a fresh cluster admin, again with a new one (and so
-// another broker) while it fails for a transient reason, for at most
+// another broker) while it fails for a transient reason or because the
+// broker has not learnt of the topic yet (staleTopicError), for at most
 // adminAttempts or until ctx ends.
 func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(sarama.ClusterAdmin) error) error {
 	deadline := time.Now().Add(adminAttempts)
@@ -254,7 +255,8 @@ func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(
 		} else {
 			err = fmt.Errorf("kafka: admin client: %w", err)
 		}
-		if err == nil || !transient(err) || time.Now().After(deadline) {
+		var stale *staleTopicError
+		if err == nil || !errors.As(err, &stale) && !transient(err) || time.Now().After(deadline) {
 			return err
 		}
 		c.log.Warn("changelog topic admin request failed; retrying on another connection", "err", err)
@@ -265,6 +267,14 @@ func (c *Changelog) withAdmin(ctx context.Context, cfg ChangelogConfig, fn func(
 		}
 	}
 }
+
+// staleTopicError is an admin request a broker refused because its
+// metadata does not have a topic yet that the cluster's does: withAdmin
+// asks again (on a new connection, so perhaps another broker).
+type staleTopicError struct{ err error }
+
+func (e *staleTopicError) Error() string { return e.err.Error() }
+func (e *staleTopicError) Unwrap() error { return e.err }
 
 // adminConf is the reader's configuration with a metrics registry of its own:
 // sarama unregisters a broker's shared metric names from the registry when
@@ -327,6 +337,14 @@ func (c *Changelog) check(ctx context.Context, cfg ChangelogConfig, want int32) 
 	err = c.withAdmin(ctx, cfg, func(admin sarama.ClusterAdmin) (err error) {
 		entries, err = admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
 			ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			// The cluster's metadata has the topic (Partitions found it
+			// above): the broker asked — any one, sarama picks it at
+			// random — has not learnt of it yet. Right after create, a
+			// real cluster's brokers learn a new topic from the metadata
+			// log each at its own pace.
+			return &staleTopicError{err}
+		}
 		return err
 	})
 	if err != nil {

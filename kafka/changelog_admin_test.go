@@ -9,7 +9,10 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/testbroker"
 )
 
@@ -53,4 +56,41 @@ func TestChangelogAdminRetriesUnreachableBrokers(t *testing.T) {
 	})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 1, calls, "no retry once the context ended")
+}
+
+// A broker that has not learnt of the changelog topic yet answers the
+// check's DescribeConfigs with UNKNOWN_TOPIC_OR_PARTITION while the cluster's
+// metadata (and the client's) already has it: on a 3-node Kafka, right after
+// NewChangelog created the topic, the chaos suite's engine exited so at
+// start ("describe changelog topic …: Request was for a topic or partition
+// that does not exist on this broker"). The check asks again; here the
+// embedded broker answers the first two DescribeConfigs that way.
+func TestChangelogCheckWaitsForABrokerThatHasNotLearntTheTopic(t *testing.T) {
+	c, err := embedded.Start(embedded.Topic("in", 2))
+	require.NoError(t, err)
+	defer c.Close()
+	refused := 0
+	c.Fake().ControlKey(int16(kmsg.DescribeConfigs), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		if refused == 2 {
+			return nil, nil, false // served as usual from now on
+		}
+		c.Fake().KeepControl()
+		req := kr.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+			rr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		refused++
+		return resp, nil, true
+	})
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	cl, err := NewChangelog(context.Background(), ChangelogConfig{Brokers: c.Addrs(), InputTopic: "in", Group: "g", Sarama: sc})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, cl.Close()) }()
+	require.Equal(t, 2, refused, "the first two checks were refused")
+	require.Equal(t, int32(2), cl.Partitions())
 }

@@ -60,7 +60,9 @@
 //     (the input's partition count, cleanup.policy=compact,
 //     min.compaction.lag.ms one hour) — the only topic the engine creates —
 //     and refuses one with another partition count or a deleting cleanup
-//     policy (ErrChangelogMismatch).
+//     policy (ErrChangelogMismatch); its admin requests are asked again,
+//     for up to 30 s, of a broker that cannot be reached or has not learnt
+//     of a just-created topic yet.
 //   - transactions (NewTransactor, for chain.WithExactlyOnce): a
 //     transactional producer (KIP-447, Kafka 2.5+) whose one open
 //     transaction per commit cycle holds outputs, dead letters, changelog

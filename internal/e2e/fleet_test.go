@@ -126,6 +126,10 @@ type fleet struct {
 	// exactlyOnce runs the members with --guarantee exactly-once, and
 	// every read is read_committed.
 	exactlyOnce bool
+	// exits gets a token whenever a member exits, so that a wait for
+	// outputs notices a member that died (say at start, before any output)
+	// at once instead of at its deadline.
+	exits chan struct{}
 }
 
 func (f *fleet) start(t *testing.T, name string) *member {
@@ -167,6 +171,10 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		m.exited <- cmd.Wait()
+		select {
+		case f.exits <- struct{}{}:
+		default: // a token is already pending
+		}
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	f.members[name] = m
@@ -298,6 +306,7 @@ func (f *fleet) waitCovered(t *testing.T, margin int64, what string) {
 		}
 		select {
 		case <-ch:
+		case <-f.exits: // checked below
 		case <-deadline:
 			var logs strings.Builder
 			for _, m := range f.members {
@@ -383,7 +392,8 @@ func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	b := testbroker.New(t)
 	f := &fleet{b: b, bin: buildCLI(t), in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "fleet"), partitions: partitions, assignor: assignor,
-		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(), exactlyOnce: exactlyOnce}
+		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(), exactlyOnce: exactlyOnce,
+		exits: make(chan struct{}, 1)}
 	if b.Real() {
 		t.Cleanup(func() {
 			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
