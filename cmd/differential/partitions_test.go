@@ -16,13 +16,20 @@ import (
 // input grows from 2 to 4 partitions, more records land in all four, and
 // the group must commit every partition's end — the new ones included,
 // their state in changelog partitions that run added — with the outputs
-// the reference model's, each once.
+// the reference model's, each once. In both modes: exactly-once appends to
+// the new changelog partitions through its transactional producer.
 func TestPartitionsAddedWhileRunningAreConsumed(t *testing.T) {
+	for _, guarantee := range []string{guaranteeAtLeastOnce, guaranteeExactlyOnce} {
+		t.Run(guarantee, func(t *testing.T) { testPartitionsAdded(t, guarantee) })
+	}
+}
+
+func testPartitionsAdded(t *testing.T, guarantee string) {
 	tp := newTopics(t, 2)
 	tp.produce(t, 2000, 7)
 	_, ends := tp.input(t)
 	w := newWatcher()
-	p := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs("--metadata-refresh", "1s")...)
+	p := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs("--metadata-refresh", "1s", "--guarantee", guarantee)...)
 	waitReached(t, p, w.reach(ends), "the first 2 partitions' ends")
 
 	admin, err := sarama.NewClusterAdmin(tp.b.Addrs(), tp.b.Config())
