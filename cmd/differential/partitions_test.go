@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -68,4 +69,37 @@ func waitReached(t *testing.T, p *proc, reached <-chan struct{}, what string) {
 	case <-deadline.C:
 		t.Fatalf("no commit of %s within %v; stderr:\n%s", what, 2*waitTimeout, tail(p.err.String()))
 	}
+}
+
+// TestAddedPartitionLatencyWithDefaults measures how long after
+// CreatePartitions a run with the default --metadata-refresh commits the
+// records of the added partitions (up to about twice the refresh, so 2
+// minutes). Only with DIFFERENTIAL_MEASURE_REFRESH=1: it takes that long.
+func TestAddedPartitionLatencyWithDefaults(t *testing.T) {
+	if os.Getenv("DIFFERENTIAL_MEASURE_REFRESH") == "" {
+		t.Skip("set DIFFERENTIAL_MEASURE_REFRESH=1 to measure (takes up to 2 minutes)")
+	}
+	tp := newTopics(t, 2)
+	tp.produce(t, 500, 7)
+	_, ends := tp.input(t)
+	w := newWatcher()
+	p := startCLI(t, hooks{chainOptions: w.member().options()}, tp.runArgs()...)
+	waitReached(t, p, w.reach(ends), "the first 2 partitions' ends")
+	admin, err := sarama.NewClusterAdmin(tp.b.Addrs(), tp.b.Config())
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, admin.CreatePartitions(tp.in, 4, nil, false))
+	require.NoError(t, admin.Close())
+	tp.partitions = 4
+	tp.produce(t, 1000, 8)
+	_, ends = tp.input(t)
+	select {
+	case <-w.reach(ends):
+	case <-p.done:
+		t.Fatalf("run exited with %d; stderr:\n%s", p.code, tail(p.err.String()))
+	case <-time.After(2*kafka.DefaultMetadataRefresh + waitTimeout):
+		t.Fatalf("the added partitions were not consumed within %v", 2*kafka.DefaultMetadataRefresh+waitTimeout)
+	}
+	t.Logf("the added partitions' records committed %v after CreatePartitions", time.Since(start).Round(100*time.Millisecond))
+	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
