@@ -475,3 +475,29 @@ func TestOldLocalStateIsRebuiltNotCaughtUp(t *testing.T) {
 		require.Equal(t, sortedModel(tt.Log(0).Records()), sortedOutputs(tt))
 	})
 }
+
+// A final checkpoint whose changelog append fails (brokers down at the
+// stop) is a failed final commit, as in exactly-once mode: Stop reports
+// ErrFinalCommit with the cause, and the next owner resumes from the last
+// commit and repeats what completed since, nothing lost.
+func TestFailedFinalChangelogAppendIsAFailedFinalCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt := chaintest.New(t, tally(), testDecoder, chain.WithIdleTimeout(time.Millisecond),
+			chain.WithCommitInterval(time.Hour)) // the final checkpoint is the only one
+		cl := tt.UseChangelog()
+		tt.Start(0)
+		tt.Feed(0, tallyRecords(0, 20)...)
+		require.NoError(t, tt.Stop())
+		tt.Start(0)
+		tt.Feed(0, tallyRecords(20, 20)...)
+		cl.FailAppends(1)
+		err := tt.Stop()
+		require.ErrorIs(t, err, chain.ErrFinalCommit)
+		require.ErrorContains(t, err, "injected changelog append failure", "the cause is joined")
+
+		tt.StartOn("b", 0)
+		tt.Feed(0, tallyRecords(40, 10)...)
+		require.NoError(t, tt.Stop())
+		require.Equal(t, sortedModel(tt.Log(0).Records()), distinct(t, sortedOutputs(tt)))
+	})
+}

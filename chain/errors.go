@@ -12,8 +12,11 @@ var (
 	ErrShutdownTimeout = errors.New("chain: shutdown timeout: in-flight records abandoned (not committed)")
 	// ErrFinalCommit: the partition stopped cleanly but Kafka refused or
 	// did not acknowledge its final commit (e.g. the group generation
-	// ended); the next owner resumes from the previous commit and repeats
-	// what completed since.
+	// ended), or the final checkpoint before it failed (its changelog
+	// append or store write — brokers down at the stop; the cause is
+	// joined); the next owner resumes from the previous commit and repeats
+	// what completed since. Exactly-once mode reports an aborted final
+	// transaction so too.
 	ErrFinalCommit = errors.New("chain: final commit failed")
 	// ErrMessageTooLarge is what a Producer's error wraps when Kafka or the
 	// client refuses a message for its size; the chain then produces a

@@ -574,7 +574,8 @@ func (p *partitionRun) positions() map[string]int64 {
 
 // finish makes the final checkpoint and commit and returns the partition's
 // result: its first fatal error, else a failed final checkpoint, else
-// ErrShutdownTimeout and/or ErrFinalCommit, else nil.
+// ErrShutdownTimeout and/or ErrFinalCommit (a failed commit, changelog
+// append or store write: finalCheckpointErr), else nil.
 func (p *partitionRun) finish(ctx context.Context, timedOut bool) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.c.cfg.shutdownTimeout)
 	defer cancel()
@@ -777,11 +778,11 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 		if p.clp != nil {
 			off, err := p.persistWithChangelog(ctx, cps, evict)
 			if err != nil {
-				return err
+				return p.finalCheckpointErr(final, err)
 			}
 			state.Changelog = off
 		} else if err := p.ps.Checkpoint(cps, evict); err != nil {
-			return fmt.Errorf("persist checkpoint: %w", err)
+			return p.finalCheckpointErr(final, fmt.Errorf("persist checkpoint: %w", err))
 		}
 	}
 	off, md, changed, err := p.mgr.NextState(state)
@@ -807,6 +808,20 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 		o.Committed(p.topic, p.partition, off, md)
 	}
 	return nil
+}
+
+// finalCheckpointErr is a checkpoint's failed store half (changelog append,
+// store write): at the final checkpoint it is a failed final commit
+// (ErrFinalCommit, the cause joined), as exactly-once reports a final cycle
+// that could not append or persist — nothing was committed, so the next
+// owner resumes from the previous commit and repeats what completed since.
+// A broker outage at a SIGTERM is thus a clean stop in both modes.
+func (p *partitionRun) finalCheckpointErr(final bool, err error) error {
+	if !final {
+		return err
+	}
+	p.log.Error("final checkpoint failed; the next owner resumes from the previous commit", "committed", p.committed.Load(), "err", err)
+	return fmt.Errorf("%w: %w", ErrFinalCommit, err)
 }
 
 // drain waits until no stage has a begun record outstanding (true if the

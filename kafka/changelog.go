@@ -70,10 +70,13 @@ type Changelog struct {
 	topic      string
 	retention  time.Duration // delete.retention.ms
 	input      string
-	partitions int32
+	brokers    []string
+	partitions atomic.Int32 // grows with the input (grow)
+	grow       sync.Mutex   // serialises grow
 	log        *slog.Logger
 	read       sarama.Client
 	readConf   *sarama.Config
+	prodClient sarama.Client
 	prod       sarama.AsyncProducer
 	readers    sync.WaitGroup // the producer's Successes and Errors readers
 
@@ -133,17 +136,27 @@ func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) 
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect to brokers %v: %w", cfg.Brokers, err)
 	}
-	c := &Changelog{topic: topic, input: cfg.InputTopic, log: log.With("changelog", topic), read: read, readConf: rc}
-	if c.partitions, err = c.ensure(ctx, cfg); err != nil {
+	c := &Changelog{topic: topic, input: cfg.InputTopic, brokers: cfg.Brokers, log: log.With("changelog", topic), read: read, readConf: rc}
+	n, err := c.ensure(ctx, cfg)
+	if err != nil {
 		_ = read.Close()
 		return nil, err
 	}
-	prod, err := sarama.NewAsyncProducer(cfg.Brokers, pc)
+	c.partitions.Store(n)
+	// The producer's own client, so that a grown changelog's new
+	// partitions can be made known to it (refreshPartitions).
+	pcl, err := sarama.NewClient(cfg.Brokers, pc)
 	if err != nil {
 		_ = read.Close()
 		return nil, fmt.Errorf("kafka: changelog producer for brokers %v: %w", cfg.Brokers, err)
 	}
-	c.prod = prod
+	prod, err := sarama.NewAsyncProducerFromClient(pcl)
+	if err != nil {
+		_ = pcl.Close()
+		_ = read.Close()
+		return nil, fmt.Errorf("kafka: changelog producer for brokers %v: %w", cfg.Brokers, err)
+	}
+	c.prodClient, c.prod = pcl, prod
 	c.readers.Go(func() {
 		for m := range prod.Successes() {
 			if w, ok := m.Metadata.(*appendWaiter); ok {
@@ -223,15 +236,110 @@ func (c *Changelog) ensure(ctx context.Context, cfg ChangelogConfig) (int32, err
 		return 0, fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
 	}
 	want := int32(len(in))
-	_, err = c.read.Partitions(c.topic)
-	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+	got, err := c.read.Partitions(c.topic)
+	switch {
+	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
 		if err := c.create(ctx, want, cfg); err != nil {
 			return 0, err
 		}
-	} else if err != nil {
+	case err != nil:
 		return 0, fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
+	case int32(len(got)) < want:
+		// Partitions were added to the input since the changelog was
+		// created (while no instance ran): the changelog follows — unless
+		// it is refused anyway (a topic that is not a changelog is left
+		// as it is).
+		if err := c.checkConfig(ctx, cfg); err != nil {
+			return 0, err
+		}
+		if err := c.addPartitions(ctx, int32(len(got)), want); err != nil {
+			return 0, err
+		}
 	}
 	return want, c.check(ctx, cfg, want)
+}
+
+// addPartitions grows the changelog from have to want partitions, as the
+// input grew. It is safe: changelog partition p holds the state of input
+// partition p and records are written to explicit partitions, so the
+// existing partitions keep their meaning and the new ones start empty, as
+// the input's new partitions do. Another instance growing it at the same
+// time is no error.
+func (c *Changelog) addPartitions(ctx context.Context, have, want int32) error {
+	err := c.withAdmin(ctx, ChangelogConfig{Brokers: c.brokers}, func(admin sarama.ClusterAdmin) error {
+		err := admin.CreatePartitions(c.topic, want, nil, false)
+		if errors.Is(err, sarama.ErrInvalidPartitions) {
+			// "Topic already has N partitions": another instance (or a lost
+			// answer to an earlier attempt) grew it; the count is checked.
+			c.log.Info("the changelog topic was grown already", "err", err)
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: add partitions to changelog topic %q (%d -> %d, as the input topic %q grew): %w", c.topic, have, want, c.input, err)
+	}
+	if err := kadmin.AwaitLeaders(c.brokers, c.adminConf(), c.topic, want, 30*time.Second); err != nil {
+		return fmt.Errorf("kafka: changelog topic %q grown to %d partitions: %w", c.topic, want, err)
+	}
+	if err := c.read.RefreshMetadata(c.topic); err != nil {
+		return fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
+	}
+	c.log.Info("added partitions to the changelog topic, as the input grew", "from", have, "to", want, "input", c.input)
+	return nil
+}
+
+// growTo makes the changelog hold input partition partition, added to the
+// input while the engine runs: it adds the changelog partitions the input
+// has more of (addPartitions), and fails with ErrChangelogMismatch when the
+// input has no such partition either.
+func (c *Changelog) growTo(ctx context.Context, partition int32) error {
+	c.grow.Lock()
+	defer c.grow.Unlock()
+	if partition < c.partitions.Load() {
+		return nil
+	}
+	if err := c.read.RefreshMetadata(c.input, c.topic); err != nil {
+		return fmt.Errorf("kafka: metadata of topics %q and %q: %w", c.input, c.topic, err)
+	}
+	in, err := c.read.Partitions(c.input)
+	if err != nil {
+		return fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
+	}
+	want := int32(len(in))
+	if partition >= want {
+		return fmt.Errorf("%w: input partition %d has no changelog partition, and topic %q has only %d partitions", ErrChangelogMismatch, partition, c.input, want)
+	}
+	got, err := c.read.Partitions(c.topic)
+	if err != nil {
+		return fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
+	}
+	if have := int32(len(got)); have < want {
+		if err := c.addPartitions(ctx, have, want); err != nil {
+			return err
+		}
+	}
+	if err := refreshPartitions(c.prodClient, c.topic, want-1); err != nil {
+		return err
+	}
+	c.partitions.Store(want)
+	return nil
+}
+
+// refreshPartitions makes sure client's metadata has partition p of topic:
+// a producer refuses a message for a partition its cached metadata lacks
+// (ErrInvalidPartition) instead of asking again.
+func refreshPartitions(client sarama.Client, topic string, p int32) error {
+	if ps, err := client.Partitions(topic); err == nil && int32(len(ps)) > p {
+		return nil
+	}
+	if err := client.RefreshMetadata(topic); err != nil {
+		return fmt.Errorf("kafka: metadata of topic %q: %w", topic, err)
+	}
+	if ps, err := client.Partitions(topic); err != nil || int32(len(ps)) <= p {
+		return fmt.Errorf("kafka: topic %q has no partition %d (%d known): %w", topic, p, len(ps), err)
+	}
+	return nil
 }
 
 // adminAttempts bounds how long the changelog's admin requests are retried
@@ -330,11 +438,17 @@ func (c *Changelog) check(ctx context.Context, cfg ChangelogConfig, want int32) 
 		return fmt.Errorf("kafka: metadata of changelog topic %q: %w", c.topic, err)
 	}
 	if int32(len(got)) != want {
-		return fmt.Errorf("%w: %q has %d partitions, the input topic %q has %d: the state of input partition p lives in changelog partition p, so they must match (add partitions to the changelog, or name another changelog topic)",
+		return fmt.Errorf("%w: %q has %d partitions, the input topic %q has %d: the state of input partition p lives in changelog partition p, so they must match (a changelog with fewer partitions is grown; one with more belongs to another input: name another changelog topic)",
 			ErrChangelogMismatch, c.topic, len(got), c.input, want)
 	}
+	return c.checkConfig(ctx, cfg)
+}
+
+// checkConfig is check's half on the topic's configuration: its cleanup
+// policy, and its delete.retention.ms noted.
+func (c *Changelog) checkConfig(ctx context.Context, cfg ChangelogConfig) error {
 	var entries []sarama.ConfigEntry
-	err = c.withAdmin(ctx, cfg, func(admin sarama.ClusterAdmin) (err error) {
+	err := c.withAdmin(ctx, cfg, func(admin sarama.ClusterAdmin) (err error) {
 		entries, err = admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: c.topic,
 			ConfigNames: []string{"cleanup.policy", "delete.retention.ms"}})
 		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
@@ -379,17 +493,27 @@ func (c *Changelog) TombstoneRetention() time.Duration { return c.retention }
 // Topic is the changelog topic's name.
 func (c *Changelog) Topic() string { return c.topic }
 
-// Partitions is the changelog's partition count (the input's).
-func (c *Changelog) Partitions() int32 { return c.partitions }
+// Partitions is the changelog's partition count (the input's, as far as
+// this Changelog knows: it grows when a partition added to the input is
+// claimed).
+func (c *Changelog) Partitions() int32 { return c.partitions.Load() }
 
-// Partition implements chain.Changelog.
+// Partition implements chain.Changelog. An input partition added since the
+// changelog was checked gets its changelog partition here: the changelog
+// topic is grown to the input's partition count (addPartitions), within
+// the admin requests' retry budget.
 func (c *Changelog) Partition(topic string, partition int32) (chain.ChangelogPartition, error) {
 	switch {
 	case topic != c.input:
 		return nil, fmt.Errorf("kafka: changelog %q holds the state of topic %q, not %q", c.topic, c.input, topic)
-	case partition < 0 || partition >= c.partitions:
-		return nil, fmt.Errorf("%w: input partition %d has no changelog partition (%q has %d partitions; partitions added to the input need as many in the changelog)",
-			ErrChangelogMismatch, partition, c.topic, c.partitions)
+	case partition < 0:
+		return nil, fmt.Errorf("%w: input partition %d", ErrChangelogMismatch, partition)
+	case partition >= c.partitions.Load():
+		ctx, cancel := context.WithTimeout(context.Background(), 2*adminAttempts)
+		defer cancel()
+		if err := c.growTo(ctx, partition); err != nil {
+			return nil, err
+		}
 	}
 	return &changelogPartition{c: c, partition: partition}, nil
 }
@@ -406,7 +530,7 @@ func (c *Changelog) Close() error {
 	c.mu.Unlock()
 	c.prod.AsyncClose()
 	c.readers.Wait()
-	return c.read.Close()
+	return errors.Join(c.prodClient.Close(), c.read.Close())
 }
 
 // changelogPartition is one changelog partition.

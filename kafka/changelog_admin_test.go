@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/IBM/sarama"
@@ -93,4 +95,52 @@ func TestChangelogCheckWaitsForABrokerThatHasNotLearntTheTopic(t *testing.T) {
 	defer func() { require.NoError(t, cl.Close()) }()
 	require.Equal(t, 2, refused, "the first two checks were refused")
 	require.Equal(t, int32(2), cl.Partitions())
+}
+
+// Two instances that both see the input grown both ask to grow the
+// changelog: the second request is refused by Kafka ("Topic already has 3
+// partitions", INVALID_PARTITIONS), which is no error. (The embedded
+// broker accepts it instead; the refusal is checked on a real one.)
+func TestChangelogGrownTwiceIsNoError(t *testing.T) {
+	b := testbroker.New(t)
+	input := b.Topic(t, 2)
+	var logs syncBuilder
+	cl, err := NewChangelog(context.Background(), ChangelogConfig{Brokers: b.Addrs(), InputTopic: input, Group: testbroker.Name(t, "g"),
+		Sarama: b.Config(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, cl.Close()) }()
+	if b.Real() {
+		defer func() {
+			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
+				_ = admin.DeleteTopic(cl.Topic())
+				_ = admin.Close()
+			}
+		}()
+	}
+	require.NoError(t, cl.addPartitions(context.Background(), 2, 3))
+	require.NotContains(t, logs.String(), "grown already")
+	require.NoError(t, cl.addPartitions(context.Background(), 2, 3), "grown already")
+	if b.Real() {
+		require.Contains(t, logs.String(), "the changelog topic was grown already")
+	}
+	ps, err := cl.read.Partitions(cl.topic)
+	require.NoError(t, err)
+	require.Len(t, ps, 3)
+}
+
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -80,10 +80,18 @@ func TestChangelogTopicIsCreatedAndChecked(t *testing.T) {
 	assert.Equal(t, int32(3), again.Partitions())
 
 	// Present and not fitting: a clear error, nothing changed.
-	wrongCount := b.Topic(t, 2)
+	tooMany := b.Topic(t, 4)
+	_, err = newChangelog(t, b, input, group, tooMany)
+	require.ErrorIs(t, err, kafka.ErrChangelogMismatch)
+	assert.Contains(t, err.Error(), "has 4 partitions, the input topic")
+	// Fewer partitions would be grown, but not a topic that is refused
+	// anyway: it is left as it is.
+	wrongCount := b.Topic(t, 2) // cleanup.policy=delete, the default
 	_, err = newChangelog(t, b, input, group, wrongCount)
 	require.ErrorIs(t, err, kafka.ErrChangelogMismatch)
-	assert.Contains(t, err.Error(), "has 2 partitions, the input topic")
+	assert.Contains(t, err.Error(), "cleanup.policy")
+	n, _, _ = describeTopic(t, b, wrongCount)
+	assert.Equal(t, 2, n, "a refused topic is not grown")
 
 	deleting := b.Topic(t, 3) // cleanup.policy=delete, the default
 	_, err = newChangelog(t, b, input, group, deleting)
@@ -94,9 +102,59 @@ func TestChangelogTopicIsCreatedAndChecked(t *testing.T) {
 	require.ErrorIs(t, err, kafka.ErrUnknownTopic)
 
 	_, err = cl.Partition(input, 3)
-	require.ErrorIs(t, err, kafka.ErrChangelogMismatch, "a partition added to the input has no changelog partition")
+	require.ErrorIs(t, err, kafka.ErrChangelogMismatch, "a partition the input does not have has no changelog partition")
 	_, err = cl.Partition("other", 0)
 	require.Error(t, err)
+}
+
+// Partitions added to the input get their changelog partitions: when a
+// running engine first asks for one (Partition), and when an engine starts
+// on a changelog with fewer partitions than the input. The new changelog
+// partitions take appends at once (the producer learns of them) and the
+// old ones keep their records.
+func TestChangelogGrowsWithTheInput(t *testing.T) {
+	b := testbroker.New(t)
+	input := b.Topic(t, 2)
+	group := testbroker.Name(t, "g")
+	cl, err := newChangelog(t, b, input, group, "")
+	require.NoError(t, err)
+	ctx := context.Background()
+	p1, err := cl.Partition(input, 1)
+	require.NoError(t, err)
+	_, err = p1.Append(ctx, []chain.ChangelogRecord{{Key: []byte("k1"), Value: []byte("v1")}})
+	require.NoError(t, err)
+
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
+	require.NoError(t, err)
+	defer admin.Close()
+	require.NoError(t, admin.CreatePartitions(input, 3, nil, false))
+	p2, err := cl.Partition(input, 2) // claimed while running
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), cl.Partitions())
+	n, policy, _ := describeTopic(t, b, cl.Topic())
+	assert.Equal(t, 3, n)
+	assert.Equal(t, "compact", policy)
+	end, err := p2.Append(ctx, []chain.ChangelogRecord{{Key: []byte("k2"), Value: []byte("v2")}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), end)
+	end, err = p1.End(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), end, "the old partition keeps its records")
+	_, err = cl.Partition(input, 3)
+	require.ErrorIs(t, err, kafka.ErrChangelogMismatch, "the input has no partition 3")
+
+	// Grown while no engine ran: the next start grows the changelog.
+	require.NoError(t, admin.CreatePartitions(input, 5, nil, false))
+	again, err := newChangelog(t, b, input, group, "")
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), again.Partitions())
+	n, _, _ = describeTopic(t, b, cl.Topic())
+	assert.Equal(t, 5, n)
+	// The first instance, told of partition 4 later, finds it grown.
+	p4, err := cl.Partition(input, 4)
+	require.NoError(t, err)
+	_, err = p4.Append(ctx, []chain.ChangelogRecord{{Key: []byte("k4"), Value: []byte("v4")}})
+	require.NoError(t, err)
 }
 
 func TestChangelogAppendReadEnd(t *testing.T) {

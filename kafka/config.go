@@ -27,6 +27,12 @@ const (
 	// DefaultFetchBatch is how many buffered records one Source.Fetch hands
 	// over when the caller's slice has no spare capacity.
 	DefaultFetchBatch = 256
+	// DefaultMetadataRefresh is how often the group client refreshes its
+	// metadata and checks the input's partition count (sarama's default is
+	// 10 minutes): partitions added to a running input are claimed within
+	// about twice this, plus a rebalance. The cost is one Metadata request
+	// for the input topic per interval and member.
+	DefaultMetadataRefresh = time.Minute
 )
 
 // Config configures Run. Brokers, Topic and Group are required; every other
@@ -87,6 +93,14 @@ type Config struct {
 	// partition (PartitionStats.LeaderContact) and see lag the consumer has
 	// not fetched (default DefaultProbeInterval; negative: no probe).
 	ProbeInterval time.Duration
+	// MetadataRefresh is how often the group client refreshes the input's
+	// metadata and compares its partition count with the one the session
+	// started with; a change triggers a rebalance, which assigns the new
+	// partitions. sarama checks its cached metadata, refreshed at the same
+	// period, so a new partition is seen after at most about twice this.
+	// Default DefaultMetadataRefresh (overriding the base's
+	// Metadata.RefreshFrequency); negative is an error.
+	MetadataRefresh time.Duration
 	// Hooks observe the member's partitions come and go. Default: none.
 	Hooks Hooks
 }
@@ -141,6 +155,8 @@ func (c *Config) validateFields() error {
 		return fmt.Errorf("kafka: Config.MaxWaitTime must be >= 0, got %v", c.MaxWaitTime)
 	case c.FetchBatch < 0:
 		return fmt.Errorf("kafka: Config.FetchBatch must be >= 0, got %d", c.FetchBatch)
+	case c.MetadataRefresh < 0:
+		return fmt.Errorf("kafka: Config.MetadataRefresh must be >= 0, got %v", c.MetadataRefresh)
 	}
 	return nil
 }
@@ -196,6 +212,14 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 	if c.RebalanceTimeout > 0 {
 		g.Consumer.Group.Rebalance.Timeout = c.RebalanceTimeout
 	}
+	// The group client's metadata refresh is also its check of the input's
+	// partition count (sarama's loopCheckPartitionNumbers); only the input
+	// topic is refreshed, whatever the cluster's size.
+	g.Metadata.RefreshFrequency = DefaultMetadataRefresh
+	if c.MetadataRefresh > 0 {
+		g.Metadata.RefreshFrequency = c.MetadataRefresh
+	}
+	g.Metadata.Full = false
 	strategy := c.Strategy
 	if strategy == nil {
 		strategy = sarama.NewBalanceStrategySticky()

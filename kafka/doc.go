@@ -59,8 +59,12 @@
 //     offsets. NewChangelog creates the changelog topic when it is missing
 //     (the input's partition count, cleanup.policy=compact,
 //     min.compaction.lag.ms one hour) — the only topic the engine creates —
-//     and refuses one with another partition count or a deleting cleanup
-//     policy (ErrChangelogMismatch); its admin requests are asked again,
+//     and refuses one with more partitions than the input or a deleting
+//     cleanup policy (ErrChangelogMismatch). One with fewer partitions is
+//     grown to the input's count (CreatePartitions), at NewChangelog and
+//     when Partition is asked for an input partition added while the
+//     engine runs; the group client sees such partitions within about twice
+//     Config.MetadataRefresh and rebalances. Its admin requests are asked again,
 //     for up to 30 s, of a broker that cannot be reached or has not learnt
 //     of a just-created topic yet.
 //   - transactions (NewTransactor, for chain.WithExactlyOnce): a

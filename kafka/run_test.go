@@ -423,6 +423,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *kafka.Config) { c.Start = "oldest" }, `Config.Start must be "earliest" or "latest"`},
 		{func(c *kafka.Config) { c.SessionTimeout = -time.Second }, "Config.SessionTimeout"},
 		{func(c *kafka.Config) { c.FetchBatch = -1 }, "Config.FetchBatch"},
+		{func(c *kafka.Config) { c.MetadataRefresh = -time.Second }, "Config.MetadataRefresh must be >= 0"},
 		{func(c *kafka.Config) { c.SessionTimeout, c.HeartbeatInterval = time.Second, 2*time.Second },
 			"Heartbeat.Interval must be < Consumer.Group.Session.Timeout"},
 		{func(c *kafka.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.Version = sarama.V0_10_0_0 }, "consumer groups need >= 0.10.2"},

@@ -421,6 +421,11 @@ func (t *Transactor) AppendChangelog(ctx context.Context, topic string, partitio
 	if len(recs) == 0 {
 		return 0, errors.New("kafka: AppendChangelog without records")
 	}
+	// A partition added to the input has a changelog partition the
+	// transactional client may not know yet (Changelog.Partition grew it).
+	if err := refreshPartitions(t.client, t.cl.topic, partition); err != nil {
+		return 0, fmt.Errorf("kafka: changelog %s/%d: %w", t.cl.topic, partition, err)
+	}
 	w := &appendWaiter{last: -1, done: make(chan struct{})}
 	w.remaining.Store(int64(len(recs)))
 	defer t.untrack(w)

@@ -57,7 +57,7 @@ With --velocity-window, the chain has the velocity stage, the workload has
 click-spam bursts, and the alerts are verified too.`
 
 func demoCmd(ctx context.Context, args []string, e *env) error {
-	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: 64 << 10,
+	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: attribution.DefaultMaxRecordBytes,
 		logFormat: "text", logLevel: "error"}
 	fs := newFlagSet("demo", demoSynopsis, e)
 	fs.IntVar(&o.records, "records", o.records, "number of generated records")

@@ -13,6 +13,7 @@ import (
 	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
+	"github.com/differential-dev/differential/processors/attribution"
 )
 
 type produceOptions struct {
@@ -40,7 +41,7 @@ Progress goes to stderr, the final count to stdout.
 The file may be run's: keys of run's settings are ignored.`
 
 func defaultProduceOptions() produceOptions {
-	return produceOptions{topic: "events", records: 100_000, seed: 1, maxRecordBytes: 64 << 10, kafkaVersion: defaultKafkaVersion}
+	return produceOptions{topic: "events", records: 100_000, seed: 1, maxRecordBytes: attribution.DefaultMaxRecordBytes, kafkaVersion: defaultKafkaVersion}
 }
 
 func (o *produceOptions) register(fs *flag.FlagSet) {
@@ -50,7 +51,7 @@ func (o *produceOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.records, "records", o.records, "number of records")
 	fs.IntVar(&o.partitions, "partitions", 0, "partition count the generator plans keys for; 0: the topic's (with --create: 8)")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "generator seed")
-	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "the generated \"oversized\" records are this +1 bytes; run with the same --max-record-bytes to see them dead-lettered")
+	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "the generated \"oversized\" records are this +1 bytes; the default is run's, so a default run dead-letters them")
 	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	fs.BoolVar(&o.create, "create", false, "create --topic with --partitions partitions if it does not exist")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")

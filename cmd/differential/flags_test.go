@@ -37,6 +37,8 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"bad duration", []string{"run", b, "--lookback", "7"}, `invalid value "7" for flag --lookback: not a duration`},
 		{"out of range", []string{"run", b, "--offset-distance", "9000"}, "--offset-distance must be >= 0 and smaller than --buffer (8192), got 9000"},
 		{"zero lookback", []string{"run", b, "--lookback", "0s"}, "--lookback must be > 0"},
+		{"zero metadata refresh", []string{"run", b, "--metadata-refresh", "0s"}, "--metadata-refresh must be between 1s and 24h0m0s, got 0s"},
+		{"absurd metadata refresh", []string{"run", b, "--metadata-refresh", "30d"}, "--metadata-refresh must be between 1s and 24h0m0s, got 720h0m0s"},
 		{"key concurrency", []string{"run", b, "--key-concurrency", "0"}, "--key-concurrency must be in [1, 1024]"},
 		{"gate", []string{"run", b, "--gate", "user"}, `invalid value "user" for flag --gate: must be one of key, partition`},
 		{"demo gate", []string{"demo", "--gate", "keys"}, `invalid value "keys" for flag --gate: must be one of key, partition`},

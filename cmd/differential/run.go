@@ -124,6 +124,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
+		MetadataRefresh:  o.metaRefresh,
 		// /healthz calls a partition stalled when its leader has not
 		// answered for --stall-timeout: probe often enough that an idle
 		// partition never looks like one (and not more often than 10 times

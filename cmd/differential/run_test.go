@@ -198,15 +198,16 @@ func TestStateDirInUse(t *testing.T) {
 
 // TestRunChangelogTopic: run creates the changelog topic when it is missing
 // (the input's partition count, compacted) and refuses one that cannot hold
-// the state, with exit 1 and a message saying why.
+// the state, with exit 1 and a message saying why. (A compacted one with
+// fewer partitions is grown: TestPartitionsAddedWhileRunningAreConsumed.)
 func TestRunChangelogTopic(t *testing.T) {
 	tp := newTopics(t, 4)
 	tp.produce(t, 200, 3)
 
-	twoParts := tp.b.Topic(t, 2)
-	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--changelog-topic", twoParts)...)
+	sixParts := tp.b.Topic(t, 6)
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs("--changelog-topic", sixParts)...)
 	require.Equal(t, exitFatal, code, errs)
-	require.Contains(t, errs, "has 2 partitions, the input topic")
+	require.Contains(t, errs, "has 6 partitions, the input topic")
 
 	deleting := tp.b.Topic(t, 4) // cleanup.policy=delete
 	code, _, errs = runCLI(t, hooks{}, tp.runArgs("--changelog-topic", deleting)...)

@@ -38,6 +38,7 @@ type runOptions struct {
 	maxRecordBytes int
 	metricsAddr    string
 	stallTimeout   time.Duration
+	metaRefresh    time.Duration
 	logFormat      string
 	logLevel       string
 	velocity       velocityOptions
@@ -47,6 +48,14 @@ type runOptions struct {
 	version  sarama.KafkaVersion // parsed kafkaVersion
 	security kafka.Security      // from sec
 }
+
+// --metadata-refresh's bounds: below a second every member asks the brokers
+// for metadata several times a second for a change that comes rarely; above
+// a day, sarama's default of ten minutes already was the complaint.
+const (
+	minMetadataRefresh = time.Second
+	maxMetadataRefresh = 24 * time.Hour
+)
 
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
 // stage's key concurrency.
@@ -63,7 +72,7 @@ func defaultRunOptions() runOptions {
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
-		stallTimeout: time.Minute, logFormat: "text", logLevel: "info",
+		stallTimeout: time.Minute, metaRefresh: kafka.DefaultMetadataRefresh, logFormat: "text", logLevel: "info",
 		tracing: defaultTracingFlags(),
 	}
 }
@@ -109,6 +118,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and /healthz on this `host:port`; empty: off")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress, a partition whose leader does not answer, or a commit the coordinator does not acknowledge, for this `duration`")
+	fs.Var(durationValue{&o.metaRefresh}, "metadata-refresh", "how often the input's partition count is checked: partitions added to it are consumed within about twice this `duration` (plus a rebalance); one Metadata request per interval")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 	o.velocity.register(fs)
 	o.sec.register(fs)
@@ -184,6 +194,8 @@ func (o *runOptions) validate() error {
 		return usagef("--shutdown-timeout must be > 0, got %s", o.shutdown)
 	case o.stallTimeout <= 0:
 		return usagef("--stall-timeout must be > 0, got %s", o.stallTimeout)
+	case o.metaRefresh < minMetadataRefresh || o.metaRefresh > maxMetadataRefresh:
+		return usagef("--metadata-refresh must be between %s and %s, got %s (it is how often the input's partition count is checked)", minMetadataRefresh, maxMetadataRefresh, o.metaRefresh)
 	case o.exactlyOnce() && !o.changelog:
 		return usagef("--guarantee exactly-once needs --changelog (the committed state lives in the changelog; the state directory is a cache of it): drop --changelog=false, or use --guarantee at-least-once")
 	case o.exactlyOnce() && o.txnTimeout <= o.commitInterval:

@@ -282,7 +282,7 @@ func TestConfigValidate(t *testing.T) {
 	assert.Equal(t, 7*24*time.Hour, d.Lookback)
 	assert.Equal(t, 30*24*time.Hour, d.InstallRetention)
 	assert.Equal(t, time.Hour, d.MaxClockSkew)
-	assert.Equal(t, 1<<20, d.MaxRecordBytes)
+	assert.Equal(t, 64<<10, d.MaxRecordBytes)
 	assert.Zero(t, d.Lateness)
 }
 
