@@ -1,0 +1,18 @@
+//go:build !linux
+
+package bench
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// kickSupported: the kick needs Linux's timerfd.
+const kickSupported = false
+
+func kickReady() error { return errors.New("CostWait \"kick\" needs Linux's timerfd") }
+
+func kickArmError() error { return nil }
+
+func kickWait(ctx context.Context, d time.Duration) error { return timerWait(ctx, d) }
