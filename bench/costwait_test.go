@@ -106,6 +106,8 @@ func benchCostWait(b *testing.B, wait costWaiter, waiters, busy int) {
 	var asked, got atomic.Int64
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	cpu0, csw0 := processUsage()
+	arms0 := kickArms()
 	b.ResetTimer()
 	for range waiters {
 		wg.Add(1)
@@ -129,7 +131,18 @@ func benchCostWait(b *testing.B, wait costWaiter, waiters, busy int) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu1, csw1 := processUsage()
 	close(stop)
 	spun.Wait()
 	b.ReportMetric(100*(float64(got.Load())/float64(asked.Load())-1), "overshoot_%")
+	// The waits' own cost: CPU (the busy goroutine's excluded: it spins
+	// all along, so this is only meaningful without it) and the process's
+	// context switches, per wait.
+	if busy == 0 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N)/1e3, "cpu_µs/wait")
+	}
+	b.ReportMetric(float64(csw1-csw0)/float64(b.N), "csw/wait")
+	if arms1 := kickArms(); arms1 > arms0 {
+		b.ReportMetric(float64(arms1-arms0)/float64(b.N), "arms/wait")
+	}
 }
