@@ -36,11 +36,21 @@ type itimerspec struct {
 // than the Go timer it wakes): a waiter re-arms it when it adds an
 // earlier deadline, or when it leaves as the earliest (its timer fired,
 // or its context ended) and the next pending one differs. N waiters need
-// one fd and about one timerfd_settime per distinct grid cell.
+// one fd and about one timerfd_settime per distinct grid cell. The heap's
+// mutex is never held across the system call (see flush).
 type kicker struct {
 	mu      sync.Mutex
 	pending kickHeap
-	armed   int64 // the expiry set (CLOCK_MONOTONIC ns); 0: disarmed
+	armed   int64 // the earliest pending cell (CLOCK_MONOTONIC ns); 0: none
+	// want is the expiry the timerfd should have (0: disarmed), written
+	// under mu; dirty says it changed. The system call is made outside mu,
+	// by whichever waiter holds setMu (see flush): a waiter preempted in
+	// timerfd_settime on a loaded machine must not hold up every waiter's
+	// add and remove. applied is what the fd was last set to (under setMu).
+	want    atomic.Int64
+	dirty   atomic.Bool
+	setMu   sync.Mutex
+	applied int64
 	// arm sets the expiry (0 disarms); tests replace it to record.
 	arm func(at int64) error
 	// now is CLOCK_MONOTONIC in ns, derived from the Go clock (see mono).
@@ -136,13 +146,31 @@ func (k *kicker) remaining() (time.Duration, error) {
 	return time.Duration(its.value.Nano()), nil
 }
 
+// setArmed (under mu) makes at the earliest cell and the fd's expiry;
+// the caller flushes after unlocking mu.
 func (k *kicker) setArmed(at int64) {
-	if err := k.arm(at); err != nil {
-		// The Go timer still fires (late): the wait stays correct. The
-		// first failure is kept for the report's caller.
-		k.armErr.CompareAndSwap(nil, &err)
-	}
 	k.armed = at
+	k.want.Store(at)
+	k.dirty.Store(true)
+}
+
+// flush sets the timerfd to want, outside mu. One waiter at a time makes
+// the system call; a waiter that finds another one at it leaves its change
+// to it: the flusher re-reads want until no change is left (dirty is set
+// before TryLock, and checked again after Unlock, so no change is lost).
+func (k *kicker) flush() {
+	for k.dirty.Load() && k.setMu.TryLock() {
+		k.dirty.Store(false)
+		if at := k.want.Load(); at != k.applied {
+			if err := k.arm(at); err != nil {
+				// The Go timer still fires (late): the wait stays
+				// correct. The first failure is kept for the report.
+				k.armErr.CompareAndSwap(nil, &err)
+			}
+			k.applied = at
+		}
+		k.setMu.Unlock()
+	}
 }
 
 // add registers the deadline dl and arms the timerfd if dl is the
@@ -159,6 +187,7 @@ func (k *kicker) add(dl time.Time) *kickEntry {
 		k.setArmed(at)
 	}
 	k.mu.Unlock()
+	k.flush()
 	return e
 }
 
@@ -169,7 +198,12 @@ func (k *kicker) add(dl time.Time) *kickEntry {
 // this goroutine, runs it at its next scheduling point.
 func (k *kicker) remove(e *kickEntry) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
+	k.removeLocked(e)
+	k.mu.Unlock()
+	k.flush()
+}
+
+func (k *kicker) removeLocked(e *kickEntry) {
 	heap.Remove(&k.pending, e.idx)
 	if e.at != k.armed {
 		return
