@@ -32,9 +32,15 @@ var CostWaits = costWaits()
 // timerfd exists (Linux), CostWaitTimer elsewhere.
 var DefaultCostWait = defaultCostWait()
 
-// kickGrid is the grid kick deadlines are rounded up to: waiters whose
-// deadlines fall in one grid cell share one expiry (one re-arm, one wake).
-const kickGrid = 50 * time.Microsecond
+// kickGrid is the finest grid kick deadlines are rounded up to: waiters
+// whose deadlines fall in one grid cell share one expiry (one re-arm, one
+// wake). When the kicks themselves are seen late (a machine short of CPU:
+// the woken thread waits for a core), the grid coarsens by doubling, up to
+// kickGridMax, so that fewer wakes serve more timers each (kicker.grid).
+const (
+	kickGrid    = 50 * time.Microsecond
+	kickGridMax = 800 * time.Microsecond
+)
 
 func costWaits() []string {
 	if kickSupported {

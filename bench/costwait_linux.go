@@ -32,7 +32,7 @@ type itimerspec struct {
 // non-blocking fd) and never read: its expiry, a level the poller watches
 // edge-triggered, wakes the poller's epoll_wait on time, and the runtime
 // then runs the timers that are due. It stays armed to the earliest
-// pending deadline (rounded up to kickGrid, so a kick is never earlier
+// pending deadline (rounded up to the grid, so a kick is never earlier
 // than the Go timer it wakes): a waiter re-arms it when it adds an
 // earlier deadline, or when it leaves as the earliest (its timer fired,
 // or its context ended) and the next pending one differs. N waiters need
@@ -62,6 +62,10 @@ type kicker struct {
 	// baseTime, so mono never maps a time to an earlier instant.
 	baseTime time.Time
 	baseMono int64
+	// late is a moving average (1/16 weight to each wait) of how late
+	// after its kick's expiry each kicked wait's timer fired (ns; 0 when it
+	// fired before): the thread's wake-up latency, whatever the grid.
+	late atomic.Int64
 	// arms counts timerfd_settime calls; armErr is the first failure.
 	arms   atomic.Int64
 	armErr atomic.Pointer[error]
@@ -173,12 +177,42 @@ func (k *kicker) flush() {
 	}
 }
 
+// grid is the cell deadlines are rounded up to: kickGrid, doubled while
+// the kicks' wake-up latency (late) exceeds it, up to kickGridMax. On a
+// quiet machine a kick wakes the runtime within tens of µs and the grid
+// stays at 50µs; on a machine short of CPU a woken thread waits for a
+// core, precision is lost anyway, and each kick costs a thread wake-up
+// (a context switch, several µs of CPU): a coarser grid then serves more
+// timers per wake-up, as the runtime's own millisecond sleeps do. The
+// cells of every grid are multiples of kickGrid, and each is rounded up,
+// so a kick is never earlier than its deadline whatever the grid.
+func (k *kicker) grid() time.Duration {
+	late := time.Duration(k.late.Load())
+	g := kickGrid
+	for g < kickGridMax && g < late {
+		g *= 2
+	}
+	return g
+}
+
+// observe folds one kicked wait's lateness after its kick (at) into late.
+func (k *kicker) observe(at int64) {
+	late := max(k.now()-at, 0)
+	for {
+		old := k.late.Load()
+		if k.late.CompareAndSwap(old, old+(late-old)/16) {
+			return
+		}
+	}
+}
+
 // add registers the deadline dl and arms the timerfd if dl is the
 // earliest.
 func (k *kicker) add(dl time.Time) *kickEntry {
 	at := k.mono(dl)
-	if r := at % int64(kickGrid); r != 0 {
-		at += int64(kickGrid) - r
+	g := int64(k.grid())
+	if r := at % g; r != 0 {
+		at += g - r
 	}
 	e := &kickEntry{at: at}
 	k.mu.Lock()
@@ -235,6 +269,7 @@ func (k *kicker) wait(ctx context.Context, d time.Duration) error {
 	defer k.remove(e)
 	select {
 	case <-t.C:
+		k.observe(e.at)
 		return nil
 	case <-ctx.Done():
 		t.Stop()

@@ -177,3 +177,43 @@ func TestKickWaitConcurrent(t *testing.T) {
 	require.Zero(t, r, "left armed")
 	require.Nil(t, k.armErr.Load())
 }
+
+// TestKickerGrid: the grid is 50µs while kicks wake on time, coarsens by
+// doubling (to 800µs at most) when they are seen late, and comes back when
+// they are on time again; whatever the grid, a kick is never earlier than
+// its deadline.
+func TestKickerGrid(t *testing.T) {
+	k, err := newKicker()
+	require.NoError(t, err)
+	defer k.file.Close()
+	now := int64(0)
+	fakeArm(k, &now)
+	for _, tc := range []struct{ late, grid time.Duration }{
+		{0, 50 * time.Microsecond},
+		{50 * time.Microsecond, 50 * time.Microsecond},
+		{60 * time.Microsecond, 100 * time.Microsecond},
+		{300 * time.Microsecond, 400 * time.Microsecond},
+		{5 * time.Millisecond, 800 * time.Microsecond},
+	} {
+		k.late.Store(int64(tc.late))
+		require.Equal(t, tc.grid, k.grid(), "late %v", tc.late)
+		dl := time.Now().Add(time.Hour + 123456*time.Nanosecond)
+		e := k.add(dl)
+		require.GreaterOrEqual(t, e.at, k.mono(dl), "kick earlier than its deadline")
+		require.Less(t, e.at-k.mono(dl), int64(tc.grid))
+		require.Zero(t, e.at%int64(tc.grid))
+		k.remove(e)
+	}
+	// Kicks seen 2ms late coarsen the grid to its maximum; kicks on time
+	// (the timer fired before its kick) bring it back to 50µs.
+	k.late.Store(0)
+	for range 200 {
+		now = 1_000_000_000
+		k.observe(now - int64(2*time.Millisecond))
+	}
+	require.Equal(t, kickGridMax, k.grid())
+	for range 200 {
+		k.observe(now + 1)
+	}
+	require.Equal(t, kickGrid, k.grid())
+}
