@@ -196,7 +196,9 @@
 // timerfd (CLOCK_MONOTONIC, non-blocking) is registered with the
 // runtime's network poller by os.NewFile and never read: it is armed, with
 // an absolute expiry, to the earliest pending deadline rounded up to a
-// 50µs grid, and its expiry wakes the poller's epoll_wait, after which the
+// 50µs grid (coarsened by doubling, up to 800µs, while the kicks are seen
+// late: a machine short of CPU), and its expiry wakes the poller's
+// epoll_wait, after which the
 // runtime runs the timers that are due. A kick is never earlier than the
 // timer it wakes (the deadline is taken after the timer is created, and
 // rounded up), so a cost is never shorter than asked; the wait returns
