@@ -310,6 +310,17 @@ func kickArmError() error {
 	return nil
 }
 
+// kickStats describes the process's kicker: its timerfd_settime calls,
+// the kicks' wake-up latency (moving average) and the grid it gives.
+func kickStats() string {
+	k, err := processKicker()
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("kick: %d timerfd arms; kicks' wake-up latency %v (moving average), grid %v",
+		k.arms.Load(), time.Duration(k.late.Load()).Round(time.Microsecond), k.grid())
+}
+
 // kickWait waits on the process's kicker.
 func kickWait(ctx context.Context, d time.Duration) error {
 	k, err := processKicker()

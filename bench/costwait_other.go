@@ -15,4 +15,6 @@ func kickReady() error { return errors.New("CostWait \"kick\" needs Linux's time
 
 func kickArmError() error { return nil }
 
+func kickStats() string { return "kick: not on this platform" }
+
 func kickWait(ctx context.Context, d time.Duration) error { return timerWait(ctx, d) }

@@ -85,6 +85,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			// The timers still fired, late: the overshoot shows it.
 			h.progressf("cost waits: the kick's timerfd failed (%v); the timers waited without it", err)
 		}
+		h.progressf("cost waits: %s", kickStats())
 	}
 	if err := rep.write(o.JSONPath, o.SVGPath); err != nil {
 		return rep, err
