@@ -63,8 +63,9 @@ type kicker struct {
 	baseTime time.Time
 	baseMono int64
 	// late is a moving average (1/16 weight to each wait) of how late
-	// after its kick's expiry each kicked wait's timer fired (ns; 0 when it
-	// fired before): the thread's wake-up latency, whatever the grid.
+	// after its kick's expiry each kicked wait resumed (ns; 0 when before):
+	// the thread's wake-up latency, whatever the grid — and, in a busy
+	// process, the woken goroutine's wait for a P, which no grid shortens.
 	late atomic.Int64
 	// arms counts timerfd_settime calls; armErr is the first failure.
 	arms   atomic.Int64
@@ -178,9 +179,9 @@ func (k *kicker) flush() {
 }
 
 // grid is the cell deadlines are rounded up to: kickGrid, doubled while
-// the kicks' wake-up latency (late) exceeds it, up to kickGridMax. On a
-// quiet machine a kick wakes the runtime within tens of µs and the grid
-// stays at 50µs; on a machine short of CPU a woken thread waits for a
+// the kicks' wake-up latency (late) exceeds twice it, up to kickGridMax.
+// On a quiet machine a kick wakes the runtime within tens of µs and the
+// grid stays at 50µs; on a machine short of CPU a woken thread waits for a
 // core, precision is lost anyway, and each kick costs a thread wake-up
 // (a context switch, several µs of CPU): a coarser grid then serves more
 // timers per wake-up, as the runtime's own millisecond sleeps do. The
@@ -189,7 +190,7 @@ func (k *kicker) flush() {
 func (k *kicker) grid() time.Duration {
 	late := time.Duration(k.late.Load())
 	g := kickGrid
-	for g < kickGridMax && g < late {
+	for g < kickGridMax && 2*g < late {
 		g *= 2
 	}
 	return g

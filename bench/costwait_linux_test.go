@@ -179,7 +179,8 @@ func TestKickWaitConcurrent(t *testing.T) {
 }
 
 // TestKickerGrid: the grid is 50µs while kicks wake on time, coarsens by
-// doubling (to 800µs at most) when they are seen late, and comes back when
+// doubling (to 800µs at most) while they are seen later than twice the
+// grid, and comes back when
 // they are on time again; whatever the grid, a kick is never earlier than
 // its deadline.
 func TestKickerGrid(t *testing.T) {
@@ -190,9 +191,9 @@ func TestKickerGrid(t *testing.T) {
 	fakeArm(k, &now)
 	for _, tc := range []struct{ late, grid time.Duration }{
 		{0, 50 * time.Microsecond},
-		{50 * time.Microsecond, 50 * time.Microsecond},
-		{60 * time.Microsecond, 100 * time.Microsecond},
-		{300 * time.Microsecond, 400 * time.Microsecond},
+		{100 * time.Microsecond, 50 * time.Microsecond},
+		{150 * time.Microsecond, 100 * time.Microsecond},
+		{300 * time.Microsecond, 200 * time.Microsecond},
 		{5 * time.Millisecond, 800 * time.Microsecond},
 	} {
 		k.late.Store(int64(tc.late))
