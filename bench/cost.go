@@ -28,6 +28,8 @@ type limiter struct {
 	inUse, idle, idleSince atomic.Int64
 	// chains times every key×stage chain (see chainTimes).
 	chains chainTimes
+	// wait is how the costs wait (Options.CostWait).
+	wait costWaiter
 }
 
 // chainTimes is where the time of each key×stage chain went — one key's
@@ -100,7 +102,11 @@ func (l *limiter) released() {
 	}
 }
 
-func newLimiter(w int) *limiter { return &limiter{slots: make(chan struct{}, w)} }
+// newLimiter is a cap of w slots whose costs wait as costWait says
+// (Options.CostWait).
+func newLimiter(w int, costWait string) *limiter {
+	return &limiter{slots: make(chan struct{}, w), wait: newCostWaiter(costWait)}
+}
 
 func (l *limiter) waitedFor(req, got time.Duration) {
 	l.requested.Add(int64(req))
@@ -118,7 +124,8 @@ func (l *limiter) overshoot() float64 {
 
 // costProcessor wraps a stage's processor: it takes a slot of the limiter,
 // waits for the record's cost (CostHeader; a timer, not a spin, so the
-// simulated work is I/O-like and uses no CPU), runs the real processor and
+// simulated work is I/O-like and uses no CPU; Options.CostWait says which
+// timer, the same for every design), runs the real processor and
 // frees the slot. Sequence is passed through (it is the cheap, ordered part;
 // the engine runs it on the stage goroutine).
 type costProcessor struct {
@@ -142,12 +149,8 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 	}()
 	if d := costOf(ev.Headers); d > 0 {
 		t0 := time.Now()
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := c.lim.wait(ctx, d); err != nil {
+			return err
 		}
 		got := time.Since(t0)
 		c.lim.waitedFor(d, got)

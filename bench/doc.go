@@ -187,6 +187,31 @@
 // cost waits up to about a millisecond longer: the chain of a hot key,
 // hundreds of records, carries that overshoot on the critical path.
 //
+// # Cost waits
+//
+// Options.CostWait says how every simulated cost waits, the same for every
+// design (the chain, its variants and both micro-batches): "timer", a Go
+// timer alone, or "kick" (the default on Linux; refused elsewhere), a Go
+// timer plus one timerfd shared by the process (costwait_linux.go). The
+// timerfd (CLOCK_MONOTONIC, non-blocking) is registered with the
+// runtime's network poller by os.NewFile and never read: it is armed, with
+// an absolute expiry, to the earliest pending deadline rounded up to a
+// 50µs grid (coarsened by doubling, up to 800µs, while the kicks are seen
+// late: a machine short of CPU), and its expiry wakes the poller's
+// epoll_wait, after which the
+// runtime runs the timers that are due. A kick is never earlier than the
+// timer it wakes (the deadline is taken after the timer is created, and
+// rounded up), so a cost is never shorter than asked; the wait returns
+// when the Go timer fires, or with its context. A waiter re-arms the fd
+// when it adds an earlier deadline, or when it leaves as the earliest and
+// the next pending cell differs (disarming it when none is left and its
+// expiry is ahead): N concurrent waiters share one fd and about one
+// timerfd_settime per distinct grid cell (BenchmarkCostWait reports arms,
+// CPU and context switches per wait). The precision costs CPU: each kick
+// is a wake-up of an idle runtime thread, where a millisecond-granular
+// poller wakes once for all the timers of that millisecond. The report
+// and the JSON (cost_wait) say which was used.
+//
 // # The sweep
 //
 // The strongest micro-batch runs once per size in SweepBatchSizes (500,

@@ -32,7 +32,7 @@ func designLabel(d *DesignResult) string {
 // WriteTable prints the report as text tables.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store)
+	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s, cost waits %s (every design)\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store, r.CostWait)
 	if r.EOSCost {
 		r.writeCost(&b)
 		r.writeTargets(&b)
