@@ -141,12 +141,20 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 		}
 	}
 	kh := s.p.keyHash(ev.Key)
+	pre := s.preDone(ev.Offset)
 	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
 		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	act, reason := actProcess, error(nil)
 	switch {
+	case pre:
+		// Completed by an earlier run, its effects persisted with the
+		// set (closed under reads-from: no earlier record of its key is
+		// waiting here). Not sequenced, not processed.
+		ev.endSpan(OutcomeSkipped, nil)
+		s.complete(ev.Offset, kh)
+		return nil
 	case !accept:
 		act = actSkip // other types; invalid records (dead-lettered by the first stage)
 	case s.seq != nil:

@@ -91,9 +91,8 @@
 //
 // with hash and stages as in version 1 (the hash does not cover the changelog
 // offset). A chain without a changelog keeps writing version 1. Sections
-// after the stages are tagged (";c") so that a later version can add one (the
-// offsets completed above a stage's position, for exactly-once mode); the
-// decoder accepts no section it does not know, since a reader that ignored
+// after the stages are tagged (";c") so that a later version can add one
+// (version 3's above sections); the decoder accepts no section it does not know, since a reader that ignored
 // one would resume in the wrong place.
 //
 // Version 3 adds the offsets each stage completed above its position

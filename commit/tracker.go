@@ -42,6 +42,8 @@ type slot struct {
 	key       uint64
 	done      bool
 	abandoned bool
+	// pinned: restored as completed (SetCompletedAbove); always carried.
+	pinned bool
 }
 
 // NewTracker returns a tracker whose position is start (the stage's resume
@@ -82,7 +84,7 @@ func (t *Tracker) BeginKey(offset int64, meta int64, key uint64) error {
 	if t.n == len(t.slots) || t.beyondSpan(offset) {
 		return ErrWindowFull
 	}
-	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key}
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, pinned: t.isPre(offset)}
 	t.n++
 	t.last = offset
 	t.dropPre(offset)
@@ -94,6 +96,11 @@ func (t *Tracker) BeginKey(offset int64, meta int64, key uint64) error {
 // position).
 func (t *Tracker) beyondSpan(offset int64) bool {
 	return t.span > 0 && t.n > 0 && offset-t.slots[t.head].offset > t.span
+}
+
+// isPre reports whether offset is a restored offset.
+func (t *Tracker) isPre(offset int64) bool {
+	return len(t.pre) > 0 && t.PreCompleted(offset)
 }
 
 // dropPre forgets the restored offsets up to offset: begun (or gaps).
@@ -179,7 +186,8 @@ func (t *Tracker) Abandon(offset int64) error {
 // completed too (the set is closed under reads-from: a record may have read
 // the state its key's earlier records wrote, and carrying it without them
 // would persist their effect with it while they run again after a restart).
-// The restored offsets not begun yet (SetCompletedAbove) are included.
+// The restored offsets (SetCompletedAbove) are included, begun or not: they
+// were closed when carried, and their effects are persisted.
 // Records begun with key 0 share one key.
 func (t *Tracker) AppendCompletedAbove(dst []int64) []int64 {
 	if t.done > 0 {
@@ -192,7 +200,7 @@ func (t *Tracker) AppendCompletedAbove(dst []int64) []int64 {
 				t.blocked[sl.key] = struct{}{}
 				continue
 			}
-			if _, b := t.blocked[sl.key]; !b {
+			if _, b := t.blocked[sl.key]; !b || sl.pinned {
 				dst = append(dst, sl.offset)
 			}
 		}
@@ -250,6 +258,7 @@ func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advan
 		return false, ErrWindowFull
 	}
 	t.last = offset
+	pinned := t.isPre(offset)
 	t.dropPre(offset)
 	if t.n == 0 {
 		// It would be the head, completed at once: released immediately.
@@ -258,7 +267,7 @@ func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advan
 		return true, nil
 	}
 	// Behind an incomplete head: held, done, until the head completes.
-	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, done: true}
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, done: true, pinned: pinned}
 	t.n++
 	t.done++
 	return false, nil

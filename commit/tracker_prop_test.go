@@ -26,6 +26,7 @@ type modelRec struct {
 	key          uint64
 	done         bool
 	abandoned    bool
+	pinned       bool
 }
 
 type trackerOp struct {
@@ -78,7 +79,7 @@ func (m *trackerModel) apply(op trackerOp) error {
 		case m.span > 0 && len(m.recs) > 0 && op.offset-m.recs[0].offset > m.span:
 			return ErrWindowFull
 		}
-		m.recs = append(m.recs, modelRec{offset: op.offset, meta: op.meta, key: op.key})
+		m.recs = append(m.recs, modelRec{offset: op.offset, meta: op.meta, key: op.key, pinned: slices.Contains(m.pre, op.offset)})
 		m.last = op.offset
 		for len(m.pre) > 0 && m.pre[0] <= op.offset {
 			m.pre = m.pre[1:]
@@ -133,7 +134,7 @@ func (m *trackerModel) completedAbove() []int64 {
 				closed = false
 			}
 		}
-		if closed {
+		if closed || r.pinned {
 			out = append(out, r.offset)
 		}
 	}
