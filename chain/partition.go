@@ -495,6 +495,7 @@ func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *
 	for _, s := range p.stages {
 		s.startWorkers(workCtx)
 		loops.Go(func() {
+			defer close(s.loopDone)
 			if err := s.loop(runCtx); err != nil {
 				p.fail(err)
 			}

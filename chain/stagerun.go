@@ -90,6 +90,10 @@ type stageRun struct {
 	// (at-least-once mode with a span that fits the metadata).
 	carry bool
 
+	// loopDone is closed when the stage's loop returned (it begins no
+	// more records).
+	loopDone chan struct{}
+
 	// Owned by the stage goroutine.
 	cursor int64
 	stream int64 // S(cursor): largest valid event time below cursor (unix nanos)
@@ -154,6 +158,10 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	if len(cp.Above) > 0 {
 		s.tracker.SetCompletedAbove(cp.Above)
 		s.pre = slices.Clone(cp.Above)
+	}
+	s.loopDone = make(chan struct{})
+	if s.kg != nil && s.carry && !p.c.cfg.admission {
+		s.kg.eager = true
 	}
 	s.cp.store(cp.Next, cp.Watermark)
 	s.lastNext.Store(cp.Next)
@@ -373,7 +381,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	s.observe(ev, accept, rel)
 	if pre {
 		ev.endSpan(OutcomeSkipped, nil)
-		s.complete(ev.Offset, kh)
+		s.completePre(ev.Offset, kh)
 		return nil
 	}
 	if !accept && (valid || s.idx > 0) {
@@ -553,6 +561,14 @@ func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64)
 		if err := s.tryBegin(o, kh, sBefore); err == nil || !errors.Is(err, commit.ErrWindowFull) {
 			return err
 		}
+		if s.kg != nil && s.kg.eager {
+			// The window (or the span) is full of records that may wait
+			// for the leader's frontier or idleness: block serves those.
+			if err := s.kg.block(ctx, ch); err != nil {
+				return err
+			}
+			continue
+		}
 		var wk <-chan struct{}
 		if s.kg != nil {
 			if wk = s.kg.wake.wait(); s.kg.hasMoved.Load() {
@@ -636,6 +652,15 @@ func (s *stageRun) complete(o int64, kh uint64) {
 	if co := s.p.c.cfg.completion; co != nil {
 		co.Completed(s.p.topic, s.p.partition, s.idx, o)
 	}
+	s.completeTracked(o, kh)
+}
+
+// completePre completes a record an earlier run completed (preDone): in
+// the tracker and the key table, without telling the observers again.
+func (s *stageRun) completePre(o int64, kh uint64) { s.completeTracked(o, kh) }
+
+// completeTracked is complete without the completion observers.
+func (s *stageRun) completeTracked(o int64, kh uint64) {
 	s.mu.Lock()
 	adv, err := s.tracker.Complete(o)
 	var next, wm int64
