@@ -27,7 +27,7 @@ const (
 var b64 = base64.RawURLEncoding
 
 // MaxAboveSpan returns the span that the above sets of stages stages always
-// fit in: when every stage's Above lies within (Next, Next+span], the
+// fit in: when every stage's Above lies within [Next, Next+span), the
 // metadata of any positions, watermarks and changelog offset fits in
 // MaxMetadataLen (the bitmap of a set is at most ceil(span/8) bytes,
 // base64). A stage must not begin an offset above its position + span
@@ -45,9 +45,10 @@ func MaxAboveSpan(stages int) int {
 }
 
 // validAbove reports whether above is strictly increasing and every offset
-// is above next.
+// is at or above next. (Next itself may be in the set: a stage restored
+// with a set may reach it before it reads the record again.)
 func validAbove(next int64, above []int64) bool {
-	prev := next
+	prev := next - 1
 	for _, o := range above {
 		if o <= prev {
 			return false
@@ -62,17 +63,17 @@ func validAbove(next int64, above []int64) bool {
 //
 //	runs   = "r" run *( "." run )
 //	run    = b36 [ "_" b36nz ]   ; start − base, then length − 1 (omitted when 0)
-//	bitmap = "b" base64url       ; no padding; bit i (LSB first) = next + 1 + i
+//	bitmap = "b" base64url       ; no padding; bit i (LSB first) = next + i
 //
-// base is next + 1 for the first run and the previous run's end + 2 after
+// base is next for the first run and the previous run's end + 2 after
 // (runs are maximal). The bitmap's last byte is not zero.
 func appendAbove(buf []byte, next int64, above []int64) []byte {
 	runs := appendRuns(nil, next, above)
-	span := above[len(above)-1] - next // bits
+	span := above[len(above)-1] - next + 1 // bits
 	if bm := b64.EncodedLen(int((span + 7) / 8)); 1+bm < len(runs) {
 		bits := make([]byte, (span+7)/8)
 		for _, o := range above {
-			i := o - next - 1
+			i := o - next
 			bits[i/8] |= 1 << (i % 8)
 		}
 		buf = append(buf, 'b')
@@ -83,7 +84,7 @@ func appendAbove(buf []byte, next int64, above []int64) []byte {
 
 func appendRuns(buf []byte, next int64, above []int64) []byte {
 	buf = append(buf, 'r')
-	base := next + 1
+	base := next
 	for i := 0; i < len(above); {
 		j := i
 		for j+1 < len(above) && above[j+1] == above[j]+1 {
@@ -113,7 +114,7 @@ func decodeAbove(s string, next int64) ([]int64, bool) {
 	var out []int64
 	switch s[0] {
 	case 'r':
-		base := next + 1
+		base := next
 		for _, run := range strings.Split(s[1:], ".") {
 			st, ln, hasLen := strings.Cut(run, "_")
 			d, err := strconv.ParseUint(st, 36, 63)
@@ -140,13 +141,13 @@ func decodeAbove(s string, next int64) ([]int64, bool) {
 		}
 	case 'b':
 		bits, err := b64.DecodeString(s[1:])
-		if err != nil || len(bits) == 0 || int64(len(bits))*8 > math.MaxInt64-next-1 {
+		if err != nil || len(bits) == 0 || int64(len(bits))*8 > math.MaxInt64-next {
 			return nil, false
 		}
 		for i, b := range bits {
 			for k := 0; k < 8; k++ {
 				if b&(1<<k) != 0 {
-					out = append(out, next+1+int64(i*8+k))
+					out = append(out, next+int64(i*8+k))
 				}
 			}
 		}
@@ -173,7 +174,7 @@ func encodeV3(offset int64, st State) (string, error) {
 	stages := make([]Checkpoint, len(st.Stages))
 	for i, cp := range st.Stages {
 		if !validAbove(cp.Next, cp.Above) {
-			return "", fmt.Errorf("%w: stage %q: offsets completed above %d not increasing or not above it",
+			return "", fmt.Errorf("%w: stage %q: offsets completed above %d not increasing or below it",
 				ErrInvalidCheckpoint, cp.Stage, cp.Next)
 		}
 		cp.Above = nil

@@ -11,34 +11,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// randAbove returns a random set of offsets in (next, next+span], sometimes
+// randAbove returns a random set of offsets in [next, next+span), sometimes
 // dense runs, sometimes scattered, sometimes alternating (the worst case of
 // the run encoding).
 func randAbove(r *rand.Rand, next int64, span int) []int64 {
 	var out []int64
 	switch r.IntN(4) {
 	case 0: // runs
-		for o := next + 1 + int64(r.IntN(5)); o <= next+int64(span); {
+		for o := next + int64(r.IntN(5)); o < next+int64(span); {
 			n := 1 + r.IntN(40)
-			for ; n > 0 && o <= next+int64(span); n-- {
+			for ; n > 0 && o < next+int64(span); n-- {
 				out = append(out, o)
 				o++
 			}
 			o += 1 + int64(r.IntN(30))
 		}
 	case 1: // alternating
-		for o := next + 2; o <= next+int64(span); o += 2 {
+		for o := next + 1; o < next+int64(span); o += 2 {
 			out = append(out, o)
 		}
 	case 2: // scattered
-		for o := next + 1; o <= next+int64(span); o++ {
+		for o := next; o < next+int64(span); o++ {
 			if r.IntN(3) == 0 {
 				out = append(out, o)
 			}
 		}
 	default: // a few
 		for range 1 + r.IntN(5) {
-			out = append(out, next+1+r.Int64N(int64(span)))
+			out = append(out, next+r.Int64N(int64(span)))
 		}
 		slices.Sort(out)
 		out = slices.Compact(out)
@@ -96,10 +96,10 @@ func TestMaxAboveSpanAlwaysFits(t *testing.T) {
 		for i := range cps {
 			next := int64(math.MaxInt64) - int64(span) - 1
 			var above []int64
-			for o := next + 1; o <= next+int64(span); o += 2 {
+			for o := next + 1; o < next+int64(span); o += 2 {
 				above = append(above, o)
 			}
-			above = append(above, next+int64(span))
+			above = append(above, next+int64(span)-1)
 			cps[i] = Checkpoint{Stage: strings.Repeat("s", 300) + string(rune('a'+i)), Next: next, Watermark: math.MinInt64, Above: slices.Compact(above)}
 		}
 		md, err := EncodeState(0, State{Stages: cps, Changelog: math.MaxInt64})
@@ -118,9 +118,9 @@ func TestAboveGolden(t *testing.T) {
 	}
 	md, err := EncodeMetadata(1000, cps)
 	require.NoError(t, err)
-	// Runs from next+1: 1005 is 1 above it, three long (_2); then 1100 is
+	// Runs from next: 1005 is 2 above it, three long (_2); then 1100 is
 	// 91 (base 36: 2j) above 1007+2.
-	assert.Equal(t, "dfl3:3fb71d28:16.dn7lv69i2v40,3,0.-1;a1=r1_2.2j", md)
+	assert.Equal(t, "dfl3:3fb71d28:16.dn7lv69i2v40,3,0.-1;a1=r2_2.2j", md)
 	got, ok := DecodeMetadata(md, 1000, stageNames(cps))
 	require.True(t, ok)
 	assert.Equal(t, cps, got)
@@ -141,7 +141,7 @@ func TestAboveGolden(t *testing.T) {
 }
 
 func TestAboveInvalid(t *testing.T) {
-	for _, above := range [][]int64{{1003}, {1002}, {1005, 1005}, {1006, 1005}} {
+	for _, above := range [][]int64{{1002}, {1005, 1005}, {1006, 1005}} {
 		_, err := EncodeMetadata(1000, []Checkpoint{{Stage: "a", Next: 1003, Above: above}})
 		require.ErrorIs(t, err, ErrInvalidCheckpoint, "%v", above)
 	}
@@ -155,8 +155,8 @@ func TestAboveInvalid(t *testing.T) {
 		base + ";a0=r0;a0=r5", // twice
 		base + ";a0=r01",      // leading zero
 		base + ";a0=r0_0",     // explicit length 0
-		base + ";a0=r0.0",     // runs not maximal (1004, 1005)
-		base + ";a0=bAQ",      // shorter as runs
+		base + ";a0=r0.0",     // runs not maximal (1003, 1004)
+		base + ";a0=bAQ",      // shorter as runs (1003)
 		base + ";x0=r0",       // unknown section
 	} {
 		_, ok := DecodeState(md, 1000, []string{"a"})

@@ -105,12 +105,14 @@
 //	above     = ";a" b36 "=" ( runs / bitmap )  ; stage index, increasing
 //	runs      = "r" run *( "." run )
 //	run       = b36 [ "_" b36nz ]   ; start − base, then length − 1
-//	bitmap    = "b" 1*B64URL        ; unpadded; bit i (LSB first) = Next + 1 + i
+//	bitmap    = "b" 1*B64URL        ; unpadded; bit i (LSB first) = Next + i
 //
-// A run's base is Next + 1 for the first run and the previous run's last
+// The set holds offsets at or above Next (Next itself when a stage restored
+// with a set has not read that record again yet). A run's base is Next for
+// the first run and the previous run's last
 // offset + 2 after it (runs are maximal); a bitmap's last byte is not zero;
 // the shorter of the two is written (runs on a tie). A set is never
-// truncated: [MaxAboveSpan] is the span above the position within which
+// truncated: [MaxAboveSpan] is the span from the position within which
 // every stage's set always fits, and a stage must not begin an offset
 // further above its position ([Tracker.SetSpan]; ≈1,776 offsets for 3
 // stages; 0 above 26 stages, whose chains cannot carry sets).

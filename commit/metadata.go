@@ -16,9 +16,11 @@ type Checkpoint struct {
 	Stage     string
 	Next      int64
 	Watermark int64
-	// Above lists the offsets the stage completed above Next (behind an
-	// incomplete record), strictly increasing; nil when none. Metadata
-	// carrying any is version 3; see the package doc.
+	// Above lists the offsets at or above Next that the stage completed
+	// (behind an incomplete record, or restored from an earlier set and
+	// not read again yet: then Next itself may be one), strictly
+	// increasing; nil when none. The stage resumes reading at Next and
+	// skips them. Metadata carrying any is version 3; see the package doc.
 	Above []int64
 }
 

@@ -136,12 +136,12 @@ func (t *Tracker) BeginLimit() int64 {
 // are reported by AppendCompletedAbove until they are begun, and
 // PreCompleted reports them so that the caller begins them with
 // BeginCompleted instead of processing them again. Call it before the first
-// Begin. It panics if above is not strictly increasing above the start.
+// Begin. It panics if above is not strictly increasing from the start.
 func (t *Tracker) SetCompletedAbove(above []int64) {
-	prev := t.last + 1
+	prev := t.last
 	for _, o := range above {
 		if o <= prev {
-			panic(fmt.Sprintf("commit: SetCompletedAbove: %d not increasing above start %d", o, t.last+1))
+			panic(fmt.Sprintf("commit: SetCompletedAbove: %d not increasing from start %d", o, t.last+1))
 		}
 		prev = o
 	}
@@ -181,7 +181,8 @@ func (t *Tracker) Abandon(offset int64) error {
 }
 
 // AppendCompletedAbove appends to dst, increasing, the offsets completed
-// above the position that may be carried in a checkpoint: a completed
+// above the position that may be carried in a checkpoint (a restored one
+// not begun yet may equal the position: see Checkpoint.Above): a completed
 // record is carried only when every record of its key begun before it has
 // completed too (the set is closed under reads-from: a record may have read
 // the state its key's earlier records wrote, and carrying it without them

@@ -271,7 +271,7 @@ func TestTrackerProperty(t *testing.T) {
 		}
 		if r.IntN(2) == 0 {
 			var pre []int64
-			for o := start + 1 + int64(r.IntN(3)); o < start+200; o += 1 + int64(r.IntN(6)) {
+			for o := start + int64(r.IntN(3)); o < start+200; o += 1 + int64(r.IntN(6)) {
 				pre = append(pre, o)
 			}
 			c.tr.SetCompletedAbove(pre)

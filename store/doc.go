@@ -112,7 +112,7 @@
 //	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
 //	                                 or, with offsets completed above Next,
 //	                                 <2><Next><Watermark> then per offset a uvarint
-//	                                 of its distance from the previous (Next for the first)
+//	                                 of its distance from the previous (Next − 1 for the first)
 //	l/                            -> <1><changelog offset: 8 bytes BE><written: unix ns, 8 bytes BE>
 //
 // and m/version holds the format version of a Pebble database.

@@ -355,10 +355,10 @@ func (p *partitionStore) checkCheckpoints(cps []commit.Checkpoint) error {
 		if cp.Stage != "" && cp.Stage != p.stages[i] {
 			return fmt.Errorf("%w: checkpoint %d is for stage %q, want %q", ErrInvalid, i, cp.Stage, p.stages[i])
 		}
-		prev := cp.Next
+		prev := cp.Next - 1
 		for _, o := range cp.Above {
 			if o <= prev {
-				return fmt.Errorf("%w: checkpoint %d: offsets completed above %d not increasing above it: %v", ErrInvalid, i, cp.Next, cp.Above)
+				return fmt.Errorf("%w: checkpoint %d: offsets completed above %d not increasing from it: %v", ErrInvalid, i, cp.Next, cp.Above)
 			}
 			prev = o
 		}
@@ -675,8 +675,9 @@ func (p *partitionStore) dropLocked() {
 }
 
 // encodeCheckpoint: <version 1><next be64><watermark be64>; with offsets
-// completed above next, <version 2><next><watermark> then each offset as a
-// uvarint of its distance from the previous one (from next for the first).
+// completed at or above next, <version 2><next><watermark> then each offset
+// as a uvarint of its distance from the previous one (from next − 1 for the
+// first).
 // The stage name is in the key.
 func encodeCheckpoint(cp commit.Checkpoint) []byte {
 	v := make([]byte, 0, checkpointLen+2*len(cp.Above))
@@ -687,7 +688,7 @@ func encodeCheckpoint(cp commit.Checkpoint) []byte {
 	}
 	v = binary.BigEndian.AppendUint64(v, uint64(cp.Next))
 	v = binary.BigEndian.AppendUint64(v, uint64(cp.Watermark))
-	prev := cp.Next
+	prev := cp.Next - 1
 	for _, o := range cp.Above {
 		v = binary.AppendUvarint(v, uint64(o-prev))
 		prev = o
@@ -708,7 +709,7 @@ func decodeCheckpoint(stage string, v []byte) (commit.Checkpoint, error) {
 		Next:      int64(binary.BigEndian.Uint64(v[1:])),
 		Watermark: int64(binary.BigEndian.Uint64(v[9:])),
 	}
-	prev := cp.Next
+	prev := cp.Next - 1
 	for rest := v[checkpointLen:]; len(rest) > 0; {
 		d, n := binary.Uvarint(rest)
 		if n <= 0 || d == 0 || d > uint64(math.MaxInt64-prev) {
