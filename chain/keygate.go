@@ -41,6 +41,13 @@ import (
 // windows and the completed set ends contiguous, so a clean stop repeats
 // nothing (I6) without offsets above the position in the metadata. See
 // DESIGN.md "The key-scoped gate".
+//
+// That is exactly-once mode (and chain.WithAdmissionStep). In at-least-once
+// mode the gate is eager: there is no admission step; a record is begun
+// when read and waits in the gate until the leader's read frontier makes
+// its check known (front) as well; a stop abandons what cannot run
+// (drainEager) and checkpoints carry the offsets completed above the
+// position, closed under reads-from (DESIGN.md "Differences" 7).
 type keyGate struct {
 	s, l   *stageRun
 	queues map[uint64]gateQueue // key → records waiting, in offset order
