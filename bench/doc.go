@@ -276,7 +276,9 @@
 // IdleTimeout of silence — plus its own cost. It is below the rules' floor
 // wherever a leader's own gate or costs hold the follower.
 // admission_floor_p50_ms/admission_floor_p99_ms (key gate) add the
-// engine's admission step (chain/keygate.go): a follower begins records in
+// admission step (chain/keygate.go), which at-least-once chains no longer
+// have since issue #13 (they carry the offsets completed above each
+// position instead; exactly-once mode keeps it): a follower begins records in
 // offset order, each once its leader has *begun* every record up to
 // o+OffsetDistance and, when it processes the record, up to q(t+Lateness)
 // (so that a stop drains in bounded time, I6). That step is the engine's

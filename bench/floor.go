@@ -28,12 +28,14 @@ type floorRule struct {
 	// scope: chain.GateKey applies (a′)/(b′) (the leader's records of the
 	// record's key only), chain.GatePartition (a)/(b) (every record).
 	scope chain.GateScope
-	// admission adds the engine's own admission step (chain/keygate.go,
-	// key scope only): a follower begins records in offset order, each once
-	// its leader has *begun* every record up to o+OffsetDistance and, when
-	// it processes the record, up to q(t+Lateness). Not a rule of DESIGN
-	// §3: the bench reports it to tell the engine's choices from the
-	// rules' floor, never as the floor.
+	// admission adds the admission step (chain/keygate.go, key scope
+	// only): a follower begins records in offset order, each once its
+	// leader has *begun* every record up to o+OffsetDistance and, when it
+	// processes the record, up to q(t+Lateness). Not a rule of DESIGN §3.
+	// At-least-once chains no longer have it (issue #13: they carry the
+	// offsets completed above each position instead); exactly-once mode and
+	// chain.WithAdmissionStep keep it. The bench reports it to show what
+	// the step cost, never as the floor.
 	admission bool
 	distance  int64 // OffsetDistance
 	lateness  time.Duration
@@ -326,7 +328,7 @@ func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorR
 		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules), ms(x.adm))
 	}
 	return fmt.Sprintf(" (%s-gate cascaded floor p50 %.1fms p99 %.1fms, above the one-horizon floor p50 %.1fms p99 %.1fms; latency above it p50 %.1fms p99 %.1fms;"+
-		" with the engine's admission step floor p50 %.1fms p99 %.1fms, latency above it p50 %.1fms p99 %.1fms;"+
+		" with the former admission step (gone in at-least-once mode) floor p50 %.1fms p99 %.1fms, latency above it p50 %.1fms p99 %.1fms;"+
 		" of the %d outputs at/above the chain's p99, %d bound by the cascade, %d by cascade+admission; slowest (ms; floors one-horizon/cascaded/admission):%s)",
 		r.scope, rp50, rp99, ca50, ca99, le50, le99, ap50, ap99, ae50, ae99, len(tail), byRules, byAdm, worst)
 }

@@ -203,7 +203,7 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.Contains(t, tg.Name, "the rules', cascaded")
 	require.InDelta(t, 1.1, tg.Got, 1e-9)
 	require.True(t, tg.Met)
-	require.Equal(t, "one-horizon floor: 2.20×; with the engine's admission step: 1.02×", tg.Note)
+	require.Equal(t, "one-horizon floor: 2.20×; with the former admission step (gone in at-least-once mode): 1.02×", tg.Note)
 	found := false
 	for _, x := range targets([]WorkloadResult{w}) {
 		if strings.HasPrefix(x.Name, "A: DESIGN §6 micro-batch ÷ chain p99") {

@@ -229,10 +229,12 @@ type Comparison struct {
 	RulesFloorP50ms *float64 `json:"rules_floor_p50_ms,omitempty"`
 	RulesFloorP99ms *float64 `json:"rules_floor_p99_ms,omitempty"`
 	// AdmissionFloorP50ms and AdmissionFloorP99ms (key gate only) add the
-	// engine's own admission step (chain/keygate.go: a follower begins
-	// records in offset order, each once its leader has begun everything up
-	// to q(t+Lateness)). Not a rule of DESIGN §3: it tells what the
-	// engine's choice costs, never the target's floor.
+	// admission step (chain/keygate.go: a follower begins records in offset
+	// order, each once its leader has begun everything up to
+	// q(t+Lateness)). At-least-once chains no longer have it (#13: they
+	// carry the offsets completed above each position instead); exactly-once
+	// mode and chain.WithAdmissionStep keep it. Not a rule of DESIGN §3: it
+	// tells what that choice costs, never the target's floor.
 	AdmissionFloorP50ms *float64 `json:"admission_floor_p50_ms,omitempty"`
 	AdmissionFloorP99ms *float64 `json:"admission_floor_p99_ms,omitempty"`
 	// P99Lower is baseline p99 ÷ chain p99 (3 = three times lower).
@@ -434,7 +436,7 @@ func targets(ws []WorkloadResult) []Target {
 					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
 						n := fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
 						if a := c.cmp.AdmissionFloorP99ms; a != nil && *a > 0 {
-							n += fmt.Sprintf("; with the engine's admission step: %.2f×", *c.cmp.Chain.P99ms / *a)
+							n += fmt.Sprintf("; with the former admission step (gone in at-least-once mode): %.2f×", *c.cmp.Chain.P99ms / *a)
 						}
 						ts[len(ts)-1].Note = n
 					}

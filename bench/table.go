@@ -246,7 +246,7 @@ func floorLine(b *strings.Builder, c *Comparison) {
 		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
 	}
 	if c.AdmissionFloorP99ms != nil {
-		fs = append(fs, fl{"with the engine's admission step (chain/keygate.go; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
+		fs = append(fs, fl{"with the former admission step (at-least-once chains no longer have it since #13; exactly-once keeps it; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
 	}
 	for _, f := range fs {
 		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)

@@ -57,11 +57,18 @@
 //   - Clean stop (I6, I10): on revoke or shutdown the partition stops
 //     beginning records and lets every begun one finish (ShutdownTimeout) —
 //     retries, acknowledgements and, in key-parallel stages, the records
-//     queued behind a busy key included, and the records waiting in a
-//     key-scoped gate (they wait only for records their leader has begun) —
-//     so the completed set is contiguous;
-//     then it persists and commits exactly what completed, and a restart
-//     resumes every stage at its own position: nothing is repeated. After
+//     queued behind a busy key included. In exactly-once mode (and with
+//     WithAdmissionStep) the records waiting in a key-scoped gate finish
+//     too (they wait only for records their leader has begun), so the
+//     completed set is contiguous. In at-least-once mode a key-scoped stage
+//     begins records as it reads them; at a stop it runs what its finished
+//     leader lets through and abandons the rest (with the records of their
+//     key behind them, which never ran), and each stage's checkpoint and
+//     the commit metadata carry the offsets it completed above its position
+//     (commit.Checkpoint.Above; only records with no incomplete earlier
+//     record of their key: closed under reads-from). Then it persists and
+//     commits exactly what completed, and a restart resumes every stage at
+//     its own position, skipping the carried offsets: nothing is repeated. After
 //     the timeout the records still in flight are abandoned (not committed,
 //     their late errors ignored; RunPartition returns ErrShutdownTimeout),
 //     and a processor that ignores its context is left behind after a short

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"runtime"
@@ -40,6 +41,13 @@ import (
 // windows and the completed set ends contiguous, so a clean stop repeats
 // nothing (I6) without offsets above the position in the metadata. See
 // DESIGN.md "The key-scoped gate".
+//
+// That is exactly-once mode (and chain.WithAdmissionStep). In at-least-once
+// mode the gate is eager: there is no admission step; a record is begun
+// when read and waits in the gate until the leader's read frontier makes
+// its check known (front) as well; a stop abandons what cannot run
+// (drainEager) and checkpoints carry the offsets completed above the
+// position, closed under reads-from (DESIGN.md "Differences" 7).
 type keyGate struct {
 	s, l   *stageRun
 	queues map[uint64]gateQueue // key → records waiting, in offset order
@@ -58,6 +66,21 @@ type keyGate struct {
 	// never completes in this epoch, and the epoch is rewound anyway:
 	// they are dropped (see doomFollowers).
 	doomed atomic.Bool
+
+	// eager: at-least-once mode without the admission step (see
+	// admitKeyed): records are begun as they are read and wait here until
+	// the leader's read frontier makes their rule's check known (front)
+	// as well as for the leader's records of their key. A stop abandons
+	// the records that cannot be released (drainEager); checkpoints carry
+	// the offsets completed above the position instead of a drain to a
+	// contiguous set (commit.Tracker.AppendCompletedAbove).
+	eager bool
+	// front holds the keys whose oldest waiting record waits for the
+	// leader's read frontier; seenN, seenS is the frontier they were last
+	// checked against. Owned by the stage goroutine.
+	front        map[uint64]struct{}
+	frontScratch []uint64
+	seenN, seenS int64
 }
 
 type gateQueue struct{ head, tail *gated }
@@ -91,7 +114,7 @@ type want struct {
 }
 
 func newKeyGate(s, l *stageRun) *keyGate {
-	return &keyGate{s: s, l: l, queues: make(map[uint64]gateQueue)}
+	return &keyGate{s: s, l: l, queues: make(map[uint64]gateQueue), front: make(map[uint64]struct{})}
 }
 
 // movedLocked hands kh to the follower; the leader holds its mu. It reports
@@ -111,6 +134,9 @@ func (s *stageRun) loopKeyed(ctx context.Context) error {
 		g.dropAll()
 		return err
 	}
+	if g.eager {
+		return g.drainEager()
+	}
 	return g.drain()
 }
 
@@ -129,10 +155,20 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
 	s.startSpan(ev, accept) // before admission: the span's gate wait covers both steps
-	w, err := s.admission(ctx, ev, accept)
-	if err != nil {
-		ev.endSpan(OutcomeDropped, err)
-		return err
+	var w want
+	if g.eager {
+		// No admission step: the record is begun now and waits in the
+		// gate until its rule's check is known, too.
+		w = want{off: ev.Offset + s.p.c.cfg.offsetDistance, s: math.MinInt64}
+		if accept {
+			w.s = addSaturating(ev.Time.UnixNano(), int64(s.p.c.cfg.lateness))
+		}
+	} else {
+		var err error
+		if w, err = s.admission(ctx, ev, accept); err != nil {
+			ev.endSpan(OutcomeDropped, err)
+			return err
+		}
 	}
 	streamBefore := s.stream
 	if valid {
@@ -141,12 +177,20 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 		}
 	}
 	kh := s.p.keyHash(ev.Key)
+	pre := s.preDone(ev.Offset)
 	if err := s.begin(ctx, ev.Offset, kh, streamBefore); err != nil {
 		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
 	act, reason := actProcess, error(nil)
 	switch {
+	case pre:
+		// Completed by an earlier run, its effects persisted with the
+		// set (closed under reads-from: no earlier record of its key is
+		// waiting here). Not sequenced, not processed.
+		ev.endSpan(OutcomeSkipped, nil)
+		s.completePre(ev.Offset, kh)
+		return nil
 	case !accept:
 		act = actSkip // other types; invalid records (dead-lettered by the first stage)
 	case s.seq != nil:
@@ -246,9 +290,12 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason error, accept bool, w want) error {
 	q, busy := g.queues[kh]
 	if !busy {
-		ok, fo, fs := g.check(kh, w)
+		ok, front, fo, fs := g.check(kh, w)
 		if ok {
 			return g.release(ev, stream, kh, act, reason, accept, w, fo, fs)
+		}
+		if front {
+			g.front[kh] = struct{}{}
 		}
 	}
 	if g.doomed.Load() {
@@ -272,24 +319,33 @@ func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason
 // check asks the leader whether no record of kh is pending within w, and
 // returns the leader's progress on the key: (off, s) such that every record
 // of kh below off is complete and s = S(off). If the answer is no, the
-// leader now watches the key for w.
-func (g *keyGate) check(kh uint64, w want) (ok bool, off, s int64) {
+// leader now watches the key for w — unless front: in eager mode, the
+// leader has not read far enough for the answer to be known (its read
+// frontier is not past w), and the record waits for the frontier.
+func (g *keyGate) check(kh uint64, w want) (ok, front bool, off, s int64) {
 	l := g.l
 	// The read frontier first: every record below it that is pending is in
 	// the table (begin registers it before the frontier is published).
 	rn, rs := l.rd.load()
+	if g.eager && !w.idle && (rn <= w.off || rs <= w.s) {
+		return false, true, rn, rs
+	}
 	l.mu.Lock()
 	ok, pending, po, ps := l.keys.check(kh, w.off, w.s)
 	l.mu.Unlock()
 	if pending {
-		return ok, po, ps
+		return ok, false, po, ps
 	}
-	return ok, rn, rs
+	return ok, false, rn, rs
 }
 
-// service runs the records of the keys the leader handed back, as far as
-// the leader's progress on each allows.
+// service runs the records of the keys the leader handed back, and in
+// eager mode those its read frontier now lets through, as far as the
+// leader's progress on each allows.
 func (g *keyGate) service() error {
+	if err := g.serviceFront(false); err != nil {
+		return err
+	}
 	if !g.hasMoved.Load() {
 		return nil
 	}
@@ -323,8 +379,11 @@ func (g *keyGate) releaseKey(kh uint64) error {
 			return nil
 		}
 		r := q.head
-		ok, fo, fs := g.check(kh, r.want)
+		ok, front, fo, fs := g.check(kh, r.want)
 		if !ok {
+			if front {
+				g.front[kh] = struct{}{}
+			}
 			return nil
 		}
 		if q.head = r.next; q.head == nil {
@@ -374,6 +433,197 @@ func (g *keyGate) release(ev *Event, stream int64, kh uint64, act gatedAct, reas
 		return s.disp.dispatch(s.work, ev, stream, kh)
 	}
 	return s.process(s.pc, ev, stream, kh)
+}
+
+// frontMoved reports whether the leader's read frontier moved since the
+// keys on front were last checked.
+func (g *keyGate) frontMoved() bool {
+	if len(g.front) == 0 {
+		return false
+	}
+	rn, rs := g.l.rd.load()
+	return rn != g.seenN || rs != g.seenS
+}
+
+// serviceFront checks the keys waiting for the leader's read frontier
+// again when it moved (or always, with force).
+func (g *keyGate) serviceFront(force bool) error {
+	if len(g.front) == 0 || (!force && !g.frontMoved()) {
+		return nil
+	}
+	g.seenN, g.seenS = g.l.rd.load()
+	keys := g.frontScratch[:0]
+	for kh := range g.front {
+		keys = append(keys, kh)
+	}
+	clear(g.front)
+	var err error
+	for i, kh := range keys {
+		if err = g.releaseKey(kh); err != nil {
+			for _, k := range keys[i+1:] {
+				g.front[k] = struct{}{}
+			}
+			break
+		}
+	}
+	g.frontScratch = keys[:0]
+	return err
+}
+
+// idleCheck releases, when the leader is idle, the records waiting for its
+// read frontier that are below its position (DESIGN "Idle release"; the
+// frontier will not move). Otherwise it returns what to wait on for the
+// leader to become idle: its progress (once it has read everything
+// fetched), the idle deadline and the end check's answer.
+func (g *keyGate) idleCheck(ctx context.Context) (released bool, lp <-chan struct{}, at time.Time, answer <-chan struct{}, err error) {
+	if len(g.front) == 0 {
+		return false, nil, time.Time{}, nil, nil
+	}
+	l, s := g.l, g.s
+	if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
+		lp = l.progress.wait()
+	}
+	ln := l.cp.next.Load()
+	lowest := int64(math.MaxInt64)
+	for kh := range g.front {
+		if q, ok := g.queues[kh]; ok && q.head.ev.Offset < lowest {
+			lowest = q.head.ev.Offset
+		}
+	}
+	if ln <= lowest {
+		return false, lp, time.Time{}, nil, nil
+	}
+	idle, at, answer := s.p.leaderIdle(ctx, ln)
+	if !idle {
+		return false, lp, at, answer, nil
+	}
+	for kh := range g.front {
+		for r := g.queues[kh].head; r != nil && r.ev.Offset < ln; r = r.next {
+			if !r.want.idle {
+				r.want = want{off: r.ev.Offset, s: math.MinInt64, idle: true}
+				s.idles.Add(1)
+			}
+		}
+	}
+	return true, nil, time.Time{}, nil, g.serviceFront(true)
+}
+
+// block waits, in eager mode, while the stage has nothing else to do,
+// until ch fires, a key moves, the leader's read frontier moves for a
+// record waiting on it, the leader may have become idle, or ctx ends
+// (its error). It returns at once when one of those already happened; the
+// caller serves the gate and checks its own condition again.
+func (g *keyGate) block(ctx context.Context, ch <-chan struct{}) error {
+	wk := g.wake.wait()
+	var rsig <-chan struct{}
+	if len(g.front) > 0 {
+		rsig = g.l.readSig.wait()
+	}
+	if g.hasMoved.Load() || g.frontMoved() {
+		return nil
+	}
+	released, lp, at, answer, err := g.idleCheck(ctx)
+	if err != nil || released {
+		return err
+	}
+	var tc <-chan time.Time
+	if !at.IsZero() {
+		timer := time.NewTimer(time.Until(at))
+		defer timer.Stop()
+		tc = timer.C
+	}
+	select {
+	case <-ch:
+	case <-wk:
+	case <-rsig:
+	case <-lp:
+	case <-tc:
+	case <-answer:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// drainEager is drain in eager mode. The records waiting here may wait for
+// leader records that never run (abandoned by the leader's own stop, or
+// never read: the leader's frontier stops with it), so the stage serves
+// the gate until its leader has finished — its loop returned and every
+// record it began completed or was abandoned — then releases what the
+// leader's final state allows and abandons the rest: they stay below the
+// position (commit.Tracker.Abandon) and are processed again by the next
+// owner, with the records of their key queued behind them (which never
+// ran). What completed above the position is carried by the final
+// checkpoint, so a clean stop repeats nothing (I6).
+func (g *keyGate) drainEager() error {
+	s, l := g.s, g.l
+	for g.size.Load() > 0 {
+		if s.p.fatal() != nil || s.work.Err() != nil {
+			g.dropAll()
+			return nil
+		}
+		if err := g.service(); err != nil {
+			g.dropAll()
+			return err
+		}
+		if g.size.Load() == 0 {
+			return nil
+		}
+		wk := g.wake.wait()
+		var done <-chan struct{}
+		select {
+		case <-l.loopDone:
+			done = l.drained.wait()
+			if l.outstanding.Load() == 0 {
+				if err := g.serviceFront(true); err != nil {
+					g.dropAll()
+					return err
+				}
+				if err := g.service(); err != nil {
+					g.dropAll()
+					return err
+				}
+				g.abandonAll()
+				return nil
+			}
+		default:
+			done = l.loopDone
+		}
+		if g.hasMoved.Load() {
+			continue
+		}
+		select {
+		case <-wk:
+		case <-done:
+		case <-s.work.Done():
+		case <-s.p.failed:
+		}
+	}
+	return nil
+}
+
+// abandonAll gives up every waiting record at a stop (drainEager): not
+// completed, never to run in this epoch.
+func (g *keyGate) abandonAll() {
+	s := g.s
+	for kh, q := range g.queues {
+		for r := q.head; r != nil; {
+			next := r.next
+			s.mu.Lock()
+			err := s.tracker.Abandon(r.ev.Offset)
+			s.mu.Unlock()
+			if err != nil {
+				s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))
+			}
+			r.ev.endSpan(OutcomeDropped, nil)
+			s.drop()
+			g.size.Add(-1)
+			g.put(r)
+			r = next
+		}
+		delete(g.queues, kh)
+	}
+	clear(g.front)
 }
 
 // drain runs the records still waiting in the gate after the stage stopped
@@ -469,6 +719,15 @@ func (s *stageRun) readKeyedBuffer(ctx context.Context) ([]Event, error) {
 			return nil, err
 		}
 		ch := ring.Changed()
+		if g.eager {
+			if b, err := ring.TryRead(s.cursor, s.batch[:0], false); err != nil || len(b) > 0 {
+				return b, err
+			}
+			if err := g.block(ctx, ch); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		wk := g.wake.wait()
 		if g.hasMoved.Load() {
 			continue

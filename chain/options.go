@@ -50,6 +50,7 @@ type config struct {
 	logger          *slog.Logger
 	observers       []Observer
 	tracer          Tracer
+	admission       bool // WithAdmissionStep
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
 	// completion fans out to the observers that are CompletionObservers;
@@ -123,6 +124,19 @@ func (c *config) validate() error {
 		c.producer = c.txn
 	}
 	return nil
+}
+
+// WithAdmissionStep keeps, in at-least-once mode, the key-scoped gate's
+// admission step: a follower begins records in offset order, each once its
+// leader has begun everything the record's rule names, so that a stop
+// drains to a contiguous completed set. Without it (the default) a
+// follower begins records as it reads them and they wait per key in the
+// gate; a stop abandons those that cannot run and the commit metadata
+// carries the offsets completed above each position (DESIGN.md
+// "Differences" 7). Exactly-once mode always has the step. For
+// comparisons and tests.
+func WithAdmissionStep() Option {
+	return optionFunc(func(c *config) { c.admission = true })
 }
 
 // WithOffsetDistance sets the safety distance in offsets: a follower may

@@ -191,7 +191,7 @@ func (p *partitionRun) restore(a Assignment) error {
 		}
 		p.resumeAt(meta)
 	case slices.ContainsFunc(persisted, func(cp commit.Checkpoint) bool { return cp.Next < a.Committed }) ||
-		mok && !slices.EqualFunc(persisted, meta, func(l, m commit.Checkpoint) bool { return l.Next >= m.Next }):
+		mok && !atOrAfter(persisted, meta):
 		if err := p.dropLocalState("local window state is older than the group's commit (the partition was processed elsewhere); resuming without it",
 			"persisted", commit.Checkpoints(persisted), "committed", commit.Checkpoints(meta)); err != nil {
 			return err
@@ -495,6 +495,7 @@ func (p *partitionRun) launch(runCtx, workCtx context.Context, first []Record) *
 	for _, s := range p.stages {
 		s.startWorkers(workCtx)
 		loops.Go(func() {
+			defer close(s.loopDone)
 			if err := s.loop(runCtx); err != nil {
 				p.fail(err)
 			}
@@ -749,9 +750,7 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 func (p *partitionRun) snapshot() []commit.Checkpoint {
 	cps := make([]commit.Checkpoint, len(p.stages))
 	for i := len(p.stages) - 1; i >= 0; i-- {
-		s := p.stages[i]
-		next, wm := s.cp.load()
-		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+		cps[i] = p.stages[i].checkpoint()
 	}
 	return cps
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -283,11 +284,17 @@ func (p *partitionRun) tombstonesKept(written time.Time) bool {
 	return time.Now().Sub(written) < tr.TombstoneRetention()/2
 }
 
-// atOrAfter reports whether every stage of a is at or after b's position.
+// atOrAfter reports whether every stage of a is at or after b's position:
+// a's completed set (below Next, and Above) holds b's.
 func atOrAfter(a, b []commit.Checkpoint) bool {
 	for i := range a {
 		if a[i].Next < b[i].Next {
 			return false
+		}
+		for _, o := range b[i].Above {
+			if _, ok := slices.BinarySearch(a[i].Above, o); o >= a[i].Next && !ok {
+				return false
+			}
 		}
 	}
 	return true

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,20 @@ type stageRun struct {
 	// waits on it).
 	readMoved signal
 
+	// pre: the offsets the stage completed above its restored position in
+	// an earlier run (commit.Checkpoint.Above), not read yet; owned by the
+	// stage goroutine. Such a record goes through the gate and is begun
+	// and completed without being sequenced or processed: its state
+	// effects were persisted with the set (see preDone).
+	pre []int64
+	// carry: checkpoints carry the offsets completed above the position
+	// (at-least-once mode with a span that fits the metadata).
+	carry bool
+
+	// loopDone is closed when the stage's loop returned (it begins no
+	// more records).
+	loopDone chan struct{}
+
 	// Owned by the stage goroutine.
 	cursor int64
 	stream int64 // S(cursor): largest valid event time below cursor (unix nanos)
@@ -136,6 +151,18 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
 	s.room = p.c.cfg.inFlight
 	s.tracker.SetInitialMeta(cp.Watermark)
+	if span := commit.MaxAboveSpan(len(p.c.stages)); p.c.tc == nil && span > 0 {
+		s.carry = true
+		s.tracker.SetSpan(span)
+	}
+	if len(cp.Above) > 0 {
+		s.tracker.SetCompletedAbove(cp.Above)
+		s.pre = slices.Clone(cp.Above)
+	}
+	s.loopDone = make(chan struct{})
+	if s.kg != nil && s.carry && !p.c.cfg.admission {
+		s.kg.eager = true
+	}
 	s.cp.store(cp.Next, cp.Watermark)
 	s.lastNext.Store(cp.Next)
 	s.lastProgress.Store(time.Now().UnixNano())
@@ -334,7 +361,8 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	if s.keys != nil {
 		kh = s.p.keyHash(ev.Key)
 	}
-	if accept && s.room > 0 && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
+	pre := s.preDone(ev.Offset)
+	if accept && !pre && s.room > 0 && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
 		// Run on this goroutine, nothing else to register: counted as
 		// begun now (a drain waits for it), entered in the tracker by run
 		// — together with its completion when it completes at once (one
@@ -351,6 +379,11 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	// Observed only once the record is really begun: a record the gate let
 	// through but the full window refused before a stop was never begun.
 	s.observe(ev, accept, rel)
+	if pre {
+		ev.endSpan(OutcomeSkipped, nil)
+		s.completePre(ev.Offset, kh)
+		return nil
+	}
 	if !accept && (valid || s.idx > 0) {
 		s.skipped.Add(1)
 		s.complete(ev.Offset, kh)
@@ -528,6 +561,14 @@ func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64)
 		if err := s.tryBegin(o, kh, sBefore); err == nil || !errors.Is(err, commit.ErrWindowFull) {
 			return err
 		}
+		if s.kg != nil && s.kg.eager {
+			// The window (or the span) is full of records that may wait
+			// for the leader's frontier or idleness: block serves those.
+			if err := s.kg.block(ctx, ch); err != nil {
+				return err
+			}
+			continue
+		}
 		var wk <-chan struct{}
 		if s.kg != nil {
 			if wk = s.kg.wake.wait(); s.kg.hasMoved.Load() {
@@ -543,12 +584,43 @@ func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64)
 	}
 }
 
+// preDone reports whether the record at o was completed above the
+// restored position by an earlier run (see pre), forgetting the offsets
+// below o: the stage never reads them again.
+func (s *stageRun) preDone(o int64) bool {
+	for len(s.pre) > 0 && s.pre[0] < o {
+		s.pre = s.pre[1:]
+	}
+	return len(s.pre) > 0 && s.pre[0] == o
+}
+
+// checkpoint returns the stage's published checkpoint and, when it
+// carries them, the offsets completed above its position that may be
+// carried (commit.Tracker.AppendCompletedAbove: closed under reads-from).
+func (s *stageRun) checkpoint() commit.Checkpoint {
+	if !s.carry {
+		next, wm := s.cp.load()
+		return commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+	}
+	s.mu.Lock()
+	next, wm := s.cp.load() // stored under mu: consistent with the tracker
+	above := s.tracker.AppendCompletedAbove(nil)
+	s.mu.Unlock()
+	// The published position may lag the tracker's (a begin over a gap
+	// moves the tracker without publishing): every offset carried is
+	// above both.
+	if len(above) == 0 {
+		above = nil
+	}
+	return commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm, Above: above}
+}
+
 // tryBegin is one attempt of begin: nil, commit.ErrWindowFull or a misuse
 // error. A key table's follower reads the frontier rd after the table: the
 // record is in the table before the frontier passes it.
 func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 	s.mu.Lock()
-	err := s.tracker.Begin(o, s.stream)
+	err := s.tracker.BeginKey(o, s.stream, kh)
 	if err == nil && s.keys != nil {
 		s.keys.begin(kh, o, sBefore)
 	}
@@ -580,6 +652,15 @@ func (s *stageRun) complete(o int64, kh uint64) {
 	if co := s.p.c.cfg.completion; co != nil {
 		co.Completed(s.p.topic, s.p.partition, s.idx, o)
 	}
+	s.completeTracked(o, kh)
+}
+
+// completePre completes a record an earlier run completed (preDone): in
+// the tracker and the key table, without telling the observers again.
+func (s *stageRun) completePre(o int64, kh uint64) { s.completeTracked(o, kh) }
+
+// completeTracked is complete without the completion observers.
+func (s *stageRun) completeTracked(o int64, kh uint64) {
 	s.mu.Lock()
 	adv, err := s.tracker.Complete(o)
 	var next, wm int64

@@ -30,6 +30,17 @@
 // one offset in one call, for a caller that runs a record to completion
 // before beginning the next (one critical section per record).
 //
+// Offsets completed above the position: [Tracker.AppendCompletedAbove]
+// reports the completed records behind an incomplete one that a checkpoint
+// may carry — only those whose key (given to [Tracker.BeginKey]) has no
+// incomplete record begun before them, so the set is closed under
+// reads-from (a record that read an incomplete record's state is not
+// carried without it). [Tracker.SetCompletedAbove] restores a carried set
+// at start ([Tracker.PreCompleted]: begin those with BeginCompleted, without
+// processing them); [Tracker.Abandon] gives up a begun record that a stop
+// drops; [Tracker.SetSpan] limits begins so the set always fits the
+// metadata.
+//
 // # Manager: what to commit
 //
 // A [Manager] holds one partition's commit state for one group generation
@@ -80,14 +91,35 @@
 //
 // with hash and stages as in version 1 (the hash does not cover the changelog
 // offset). A chain without a changelog keeps writing version 1. Sections
-// after the stages are tagged (";c") so that a later version can add one (the
-// offsets completed above a stage's position, for exactly-once mode); the
-// decoder accepts no section it does not know, since a reader that ignored
+// after the stages are tagged (";c") so that a later version can add one
+// (version 3's above sections); the decoder accepts no section it does not know, since a reader that ignored
 // one would resume in the wrong place.
 //
-// Compatibility promise: a "dfl1:" or "dfl2:" string is never reinterpreted. A change of
+// Version 3 adds the offsets each stage completed above its position
+// ([Checkpoint].Above; DESIGN §3's alternative to draining until every
+// stage's completed set is contiguous). It is written only when some stage
+// has such offsets; otherwise versions 1 and 2 are written byte for byte as
+// before.
+//
+//	metadata3 = %s"dfl3:" hash ":" stage *( "," stage ) [ ";c" b36 ] 1*above
+//	above     = ";a" b36 "=" ( runs / bitmap )  ; stage index, increasing
+//	runs      = "r" run *( "." run )
+//	run       = b36 [ "_" b36nz ]   ; start − base, then length − 1
+//	bitmap    = "b" 1*B64URL        ; unpadded; bit i (LSB first) = Next + i
+//
+// The set holds offsets at or above Next (Next itself when a stage restored
+// with a set has not read that record again yet). A run's base is Next for
+// the first run and the previous run's last
+// offset + 2 after it (runs are maximal); a bitmap's last byte is not zero;
+// the shorter of the two is written (runs on a tie). A set is never
+// truncated: [MaxAboveSpan] is the span from the position within which
+// every stage's set always fits, and a stage must not begin an offset
+// further above its position ([Tracker.SetSpan]; ≈1,776 offsets for 3
+// stages; 0 above 26 stages, whose chains cannot carry sets).
+//
+// Compatibility promise: a "dfl1:", "dfl2:" or "dfl3:" string is never reinterpreted. A change of
 // format gets a new version tag, and later versions of this package keep
-// decoding versions 1 and 2. Anything the decoder does not accept — empty metadata,
+// decoding versions 1, 2 and 3. Anything the decoder does not accept — empty metadata,
 // metadata written by another program, an unknown version, a garbled string,
 // a different stage list or offset — decodes as ok=false, never as an error or
 // a panic; the caller then starts every stage at the committed offset, which

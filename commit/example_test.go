@@ -39,5 +39,5 @@ func ExampleManager() {
 	fmt.Println(cps, ok)
 	// Output:
 	// 1000 dfl1:3fb71d28:16.dn7lv69i2v40,3,0.-1 true
-	// [{click 1042 1795946400000000000} {install 1003 0} {purchase 1000 -1}] true
+	// [{click 1042 1795946400000000000 []} {install 1003 0 []} {purchase 1000 -1 []}] true
 }

@@ -16,6 +16,12 @@ type Checkpoint struct {
 	Stage     string
 	Next      int64
 	Watermark int64
+	// Above lists the offsets at or above Next that the stage completed
+	// (behind an incomplete record, or restored from an earlier set and
+	// not read again yet: then Next itself may be one), strictly
+	// increasing; nil when none. The stage resumes reading at Next and
+	// skips them. Metadata carrying any is version 3; see the package doc.
+	Above []int64
 }
 
 const (
@@ -43,6 +49,9 @@ const (
 // ErrMetadataTooLarge if the result would exceed MaxMetadataLen, or
 // ErrInvalidCheckpoint if cps is empty, offset < 0 or a Next < offset.
 func EncodeMetadata(offset int64, cps []Checkpoint) (string, error) {
+	if hasAbove(cps) {
+		return EncodeState(offset, State{Stages: cps, Changelog: NoChangelog})
+	}
 	if len(cps) == 0 || offset < 0 {
 		return "", fmt.Errorf("%w: %d stages at offset %d", ErrInvalidCheckpoint, len(cps), offset)
 	}

@@ -36,6 +36,12 @@ const (
 // writes version 2 (see the package doc). Errors as EncodeMetadata, and
 // ErrInvalidCheckpoint for a changelog offset below -1.
 func EncodeState(offset int64, st State) (string, error) {
+	if st.Changelog < NoChangelog {
+		return "", fmt.Errorf("%w: changelog offset %d", ErrInvalidCheckpoint, st.Changelog)
+	}
+	if hasAbove(st.Stages) {
+		return encodeV3(offset, st)
+	}
 	if st.Changelog == NoChangelog {
 		return EncodeMetadata(offset, st.Stages)
 	}
@@ -66,6 +72,9 @@ func DecodeState(md string, offset int64, stages []string) (st State, ok bool) {
 	if strings.HasPrefix(md, metadataV1) {
 		cps, ok := decodeV1(md, offset, stages)
 		return State{Stages: cps, Changelog: NoChangelog}, ok
+	}
+	if strings.HasPrefix(md, metadataV3) {
+		return decodeV3(md, offset, stages)
 	}
 	rest, ok := strings.CutPrefix(md, metadataV2)
 	if !ok || len(md) > MaxMetadataLen {

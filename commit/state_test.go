@@ -143,6 +143,8 @@ func TestManagerChangelog(t *testing.T) {
 func FuzzDecodeState(f *testing.F) {
 	f.Add("dfl2:3fb71d28:16.dn7lv69i2v40,3,0.-1;c2n9c", int64(1000), uint64(3), int64(7))
 	f.Add("dfl2:00000000:0,0;c0", int64(0), uint64(0), int64(0))
+	f.Add("dfl3:00000000:0,0;c0;a1=r1_2.2j", int64(0), uint64(0), int64(0))
+	f.Add("dfl3:00000000:0,0;a0=bTg", int64(0), uint64(0), int64(0))
 	f.Fuzz(func(t *testing.T, md string, offset int64, d uint64, cl int64) {
 		stages := []string{"a", "b"}
 		if st, ok := DecodeState(md, offset, stages); ok {

@@ -24,13 +24,26 @@ type Tracker struct {
 	meta  int64 // meta of the last record of the completed prefix
 	// released is set once a record joined the completed prefix; from then
 	// on meta no longer reports the initial meta.
-	released bool
+	released  bool
+	abandoned int // occupied slots abandoned (never complete)
+	// span bounds begins: no offset above the position + span (0: none).
+	span int64
+	// pre holds offsets completed above the start by an earlier run (see
+	// SetCompletedAbove) that have not been begun yet, increasing.
+	pre []int64
+	// blocked is AppendCompletedAbove's scratch: keys with an incomplete
+	// record.
+	blocked map[uint64]struct{}
 }
 
 type slot struct {
-	offset int64
-	meta   int64
-	done   bool
+	offset    int64
+	meta      int64
+	key       uint64
+	done      bool
+	abandoned bool
+	// pinned: restored as completed (SetCompletedAbove); always carried.
+	pinned bool
 }
 
 // NewTracker returns a tracker whose position is start (the stage's resume
@@ -58,16 +71,143 @@ func NewTracker(start int64, window int) *Tracker {
 // *TrackerError wrapping ErrOutOfOrder when offset <= the last begun offset,
 // offset < start, or offset == math.MaxInt64. On error nothing changes.
 func (t *Tracker) Begin(offset int64, meta int64) error {
+	return t.BeginKey(offset, meta, 0)
+}
+
+// BeginKey is Begin of a record of key (a hash of the record's key): see
+// AppendCompletedAbove. Begin is BeginKey with key 0. It also returns
+// ErrWindowFull when a span is set and offset > BeginLimit().
+func (t *Tracker) BeginKey(offset int64, meta int64, key uint64) error {
 	if offset <= t.last || offset == math.MaxInt64 {
 		return t.misuse("begin", offset, ErrOutOfOrder)
 	}
-	if t.n == len(t.slots) {
+	if t.n == len(t.slots) || t.beyondSpan(offset) {
 		return ErrWindowFull
 	}
-	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta}
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, pinned: t.isPre(offset)}
 	t.n++
 	t.last = offset
+	t.dropPre(offset)
 	return nil
+}
+
+// beyondSpan reports whether beginning offset would put it more than the
+// span above the position (with nothing occupied, offset becomes the
+// position).
+func (t *Tracker) beyondSpan(offset int64) bool {
+	return t.span > 0 && t.n > 0 && offset-t.slots[t.head].offset > t.span
+}
+
+// isPre reports whether offset is a restored offset.
+func (t *Tracker) isPre(offset int64) bool {
+	return len(t.pre) > 0 && t.PreCompleted(offset)
+}
+
+// dropPre forgets the restored offsets up to offset: begun (or gaps).
+func (t *Tracker) dropPre(offset int64) {
+	i := 0
+	for i < len(t.pre) && t.pre[i] <= offset {
+		i++
+	}
+	if i > 0 {
+		t.pre = t.pre[i:]
+	}
+}
+
+// SetSpan limits begins to offsets at most span above the position (see
+// BeginLimit), so that the offsets completed above the position always fit
+// in the commit metadata (MaxAboveSpan). span <= 0 removes the limit.
+func (t *Tracker) SetSpan(span int) {
+	t.span = max(int64(span), 0)
+}
+
+// BeginLimit returns the largest offset Begin accepts now under the span
+// (math.MaxInt64 when no span is set or nothing is occupied: the offset
+// then becomes the position).
+func (t *Tracker) BeginLimit() int64 {
+	if t.span == 0 || t.n == 0 {
+		return math.MaxInt64
+	}
+	return t.slots[t.head].offset + t.span
+}
+
+// SetCompletedAbove restores the offsets an earlier run completed above
+// this tracker's start (Checkpoint.Above of the restored position): they
+// are reported by AppendCompletedAbove until they are begun, and
+// PreCompleted reports them so that the caller begins them with
+// BeginCompleted instead of processing them again. Call it before the first
+// Begin. It panics if above is not strictly increasing from the start.
+func (t *Tracker) SetCompletedAbove(above []int64) {
+	prev := t.last
+	for _, o := range above {
+		if o <= prev {
+			panic(fmt.Sprintf("commit: SetCompletedAbove: %d not increasing from start %d", o, t.last+1))
+		}
+		prev = o
+	}
+	t.pre = append([]int64(nil), above...)
+}
+
+// PreCompleted reports whether offset was completed by an earlier run (see
+// SetCompletedAbove) and not begun since.
+func (t *Tracker) PreCompleted(offset int64) bool {
+	for _, o := range t.pre {
+		if o >= offset {
+			return o == offset
+		}
+	}
+	return false
+}
+
+// Abandon gives up a begun, incomplete record that will never complete (a
+// stop drops it before it ran): it keeps its slot, so the position never
+// passes it, but it no longer counts as in flight. Errors as Complete.
+func (t *Tracker) Abandon(offset int64) error {
+	k, ok := t.find(offset)
+	if !ok {
+		next, _ := t.Position()
+		if offset < next {
+			return t.misuse("abandon", offset, ErrDuplicate)
+		}
+		return t.misuse("abandon", offset, ErrUnknownOffset)
+	}
+	i := t.ring(k)
+	if t.slots[i].done || t.slots[i].abandoned {
+		return t.misuse("abandon", offset, ErrDuplicate)
+	}
+	t.slots[i].abandoned = true
+	t.abandoned++
+	return nil
+}
+
+// AppendCompletedAbove appends to dst, increasing, the offsets completed
+// above the position that may be carried in a checkpoint (a restored one
+// not begun yet may equal the position: see Checkpoint.Above): a completed
+// record is carried only when every record of its key begun before it has
+// completed too (the set is closed under reads-from: a record may have read
+// the state its key's earlier records wrote, and carrying it without them
+// would persist their effect with it while they run again after a restart).
+// The restored offsets (SetCompletedAbove) are included, begun or not: they
+// were closed when carried, and their effects are persisted.
+// Records begun with key 0 share one key.
+func (t *Tracker) AppendCompletedAbove(dst []int64) []int64 {
+	if t.done > 0 {
+		if t.blocked == nil {
+			t.blocked = make(map[uint64]struct{})
+		}
+		for k := 0; k < t.n; k++ {
+			sl := &t.slots[t.ring(k)]
+			if !sl.done {
+				t.blocked[sl.key] = struct{}{}
+				continue
+			}
+			if _, b := t.blocked[sl.key]; !b || sl.pinned {
+				dst = append(dst, sl.offset)
+			}
+		}
+		clear(t.blocked)
+	}
+	return append(dst, t.pre...)
 }
 
 // Complete marks a begun offset done; offsets may complete in any order.
@@ -86,7 +226,7 @@ func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
 		return false, t.misuse("complete", offset, ErrUnknownOffset)
 	}
 	i := t.ring(k)
-	if t.slots[i].done {
+	if t.slots[i].done || t.slots[i].abandoned {
 		return false, t.misuse("complete", offset, ErrDuplicate)
 	}
 	t.slots[i].done = true
@@ -107,13 +247,20 @@ func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
 // the position moved: it does exactly when nothing begun before offset is
 // still incomplete.
 func (t *Tracker) BeginCompleted(offset int64, meta int64) (advanced bool, err error) {
+	return t.BeginCompletedKey(offset, meta, 0)
+}
+
+// BeginCompletedKey is BeginCompleted of a record of key (see BeginKey).
+func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advanced bool, err error) {
 	if offset <= t.last || offset == math.MaxInt64 {
 		return false, t.misuse("begin", offset, ErrOutOfOrder)
 	}
-	if t.n == len(t.slots) {
+	if t.n == len(t.slots) || t.beyondSpan(offset) {
 		return false, ErrWindowFull
 	}
 	t.last = offset
+	pinned := t.isPre(offset)
+	t.dropPre(offset)
 	if t.n == 0 {
 		// It would be the head, completed at once: released immediately.
 		t.meta = meta
@@ -121,7 +268,7 @@ func (t *Tracker) BeginCompleted(offset int64, meta int64) (advanced bool, err e
 		return true, nil
 	}
 	// Behind an incomplete head: held, done, until the head completes.
-	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, done: true}
+	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, done: true, pinned: pinned}
 	t.n++
 	t.done++
 	return false, nil
@@ -163,7 +310,11 @@ func (t *Tracker) SetInitialMeta(meta int64) {
 }
 
 // InFlight returns the number of records begun and not completed.
-func (t *Tracker) InFlight() int { return t.n - t.done }
+// Abandoned records (Abandon) are not in flight.
+func (t *Tracker) InFlight() int { return t.n - t.done - t.abandoned }
+
+// Abandoned returns the number of abandoned records still occupying slots.
+func (t *Tracker) Abandoned() int { return t.abandoned }
 
 // CompletedAbove returns the number of records completed out of order
 // above the position (behind an incomplete one). When it is 0 the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -15,22 +16,32 @@ type trackerModel struct {
 	window    int
 	last      int64 // last begun offset (start-1 if none)
 	recs      []modelRec
-	prefixMet int64 // meta of the last record below the position
+	prefixMet int64   // meta of the last record below the position
+	span      int64   // 0: none
+	pre       []int64 // restored completed-above offsets not yet begun
 }
 
 type modelRec struct {
 	offset, meta int64
+	key          uint64
 	done         bool
+	abandoned    bool
+	pinned       bool
 }
 
 type trackerOp struct {
-	begin  bool
-	both   bool // with begin: BeginCompleted
-	offset int64
-	meta   int64
+	begin   bool
+	both    bool // with begin: BeginCompleted
+	abandon bool // not begin: Abandon instead of Complete
+	offset  int64
+	meta    int64
+	key     uint64
 }
 
 func (op trackerOp) String() string {
+	if op.abandon {
+		return fmt.Sprintf("Abandon(%d)", op.offset)
+	}
 	if op.both {
 		return fmt.Sprintf("BeginCompleted(%d, %d)", op.offset, op.meta)
 	}
@@ -53,7 +64,7 @@ func (m *trackerModel) position() (int64, int64) {
 // apply performs op on the model and returns the expected error sentinel.
 func (m *trackerModel) apply(op trackerOp) error {
 	if op.both {
-		if err := m.apply(trackerOp{begin: true, offset: op.offset, meta: op.meta}); err != nil {
+		if err := m.apply(trackerOp{begin: true, offset: op.offset, meta: op.meta, key: op.key}); err != nil {
 			return err
 		}
 		return m.apply(trackerOp{offset: op.offset})
@@ -65,17 +76,26 @@ func (m *trackerModel) apply(op trackerOp) error {
 			return ErrOutOfOrder
 		case len(m.recs) == m.window:
 			return ErrWindowFull
+		case m.span > 0 && len(m.recs) > 0 && op.offset-m.recs[0].offset > m.span:
+			return ErrWindowFull
 		}
-		m.recs = append(m.recs, modelRec{offset: op.offset, meta: op.meta})
+		m.recs = append(m.recs, modelRec{offset: op.offset, meta: op.meta, key: op.key, pinned: slices.Contains(m.pre, op.offset)})
 		m.last = op.offset
+		for len(m.pre) > 0 && m.pre[0] <= op.offset {
+			m.pre = m.pre[1:]
+		}
 		return nil
 	}
 	for i := range m.recs {
 		if m.recs[i].offset != op.offset {
 			continue
 		}
-		if m.recs[i].done {
+		if m.recs[i].done || m.recs[i].abandoned {
 			return ErrDuplicate
+		}
+		if op.abandon {
+			m.recs[i].abandoned = true
+			return nil
 		}
 		m.recs[i].done = true
 		for len(m.recs) > 0 && m.recs[0].done {
@@ -93,11 +113,32 @@ func (m *trackerModel) apply(op trackerOp) error {
 func (m *trackerModel) inFlight() int {
 	n := 0
 	for _, r := range m.recs {
-		if !r.done {
+		if !r.done && !r.abandoned {
 			n++
 		}
 	}
 	return n
+}
+
+// completedAbove: every done record with no earlier record of its key not
+// done, then the restored offsets not begun.
+func (m *trackerModel) completedAbove() []int64 {
+	var out []int64
+	for i, r := range m.recs {
+		if !r.done {
+			continue
+		}
+		closed := true
+		for _, e := range m.recs[:i] {
+			if e.key == r.key && !e.done {
+				closed = false
+			}
+		}
+		if closed || r.pinned {
+			out = append(out, r.offset)
+		}
+	}
+	return append(out, m.pre...)
 }
 
 // trackerChecker drives a Tracker and its model with the same operations and
@@ -123,14 +164,20 @@ func newTrackerChecker(start int64, window int, initialMeta int64) *trackerCheck
 
 func (c *trackerChecker) do(op trackerOp) error {
 	c.ops = append(c.ops, op)
+	wantPre := slices.Contains(c.m.pre, op.offset)
+	if c.tr.PreCompleted(op.offset) != wantPre {
+		return c.fail("%v: PreCompleted %v, want %v", op, !wantPre, wantPre)
+	}
 	want := c.m.apply(op)
 	var got error
 	advanced := false
 	switch {
 	case op.both:
-		advanced, got = c.tr.BeginCompleted(op.offset, op.meta)
+		advanced, got = c.tr.BeginCompletedKey(op.offset, op.meta, op.key)
 	case op.begin:
-		got = c.tr.Begin(op.offset, op.meta)
+		got = c.tr.BeginKey(op.offset, op.meta, op.key)
+	case op.abandon:
+		got = c.tr.Abandon(op.offset)
 	default:
 		advanced, got = c.tr.Complete(op.offset)
 	}
@@ -151,7 +198,10 @@ func (c *trackerChecker) do(op trackerOp) error {
 	if next != wantNext || meta != wantMeta {
 		return c.fail("%v: position (%d, %d), model (%d, %d)", op, next, meta, wantNext, wantMeta)
 	}
-	if (!op.begin || op.both) && advanced != (next != c.prevNext) {
+	if got, want := c.tr.AppendCompletedAbove(nil), c.m.completedAbove(); !slices.Equal(got, want) {
+		return c.fail("%v: completed above %v, model %v", op, got, want)
+	}
+	if (!op.begin || op.both) && !op.abandon && advanced != (next != c.prevNext) {
 		return c.fail("%v: advanced=%v but position %d -> %d", op, advanced, c.prevNext, next)
 	}
 	if c.tr.InFlight() != c.m.inFlight() || c.tr.Occupied() != len(c.m.recs) {
@@ -185,7 +235,10 @@ func randomOp(r *rand.Rand, c *trackerChecker) trackerOp {
 		default:
 			off -= int64(r.IntN(3)) // out of order
 		}
-		return trackerOp{begin: true, both: r.IntN(3) == 0, offset: off, meta: r.Int64N(1 << 40)}
+		return trackerOp{begin: true, both: r.IntN(3) == 0, offset: off, meta: r.Int64N(1 << 40), key: uint64(r.IntN(4))}
+	}
+	if r.IntN(20) == 0 && len(m.recs) > 0 {
+		return trackerOp{abandon: true, offset: m.recs[r.IntN(len(m.recs))].offset}
 	}
 	switch p := r.IntN(100); {
 	case len(m.recs) == 0:
@@ -209,7 +262,21 @@ func TestTrackerProperty(t *testing.T) {
 	for seed := range uint64(seeds) {
 		r := rand.New(rand.NewPCG(seed, 0xd1f))
 		window := 1 + r.IntN(64)
-		c := newTrackerChecker(r.Int64N(1000), window, r.Int64N(100))
+		start := r.Int64N(1000)
+		c := newTrackerChecker(start, window, r.Int64N(100))
+		if r.IntN(2) == 0 {
+			span := 1 + r.IntN(2*window)
+			c.tr.SetSpan(span)
+			c.m.span = int64(span)
+		}
+		if r.IntN(2) == 0 {
+			var pre []int64
+			for o := start + int64(r.IntN(3)); o < start+200; o += 1 + int64(r.IntN(6)) {
+				pre = append(pre, o)
+			}
+			c.tr.SetCompletedAbove(pre)
+			c.m.pre = pre
+		}
 		for range ops {
 			if err := c.do(randomOp(r, c)); err != nil {
 				t.Fatalf("seed %d window %d: %v", seed, window, err)
@@ -245,10 +312,10 @@ func bytesOp(kind, arg byte, c *trackerChecker) trackerOp {
 		if arg >= 250 {
 			off = m.last - int64(arg-250)
 		}
-		return trackerOp{begin: true, both: kind&2 != 0, offset: off, meta: int64(kind)<<8 | int64(arg)}
+		return trackerOp{begin: true, both: kind&2 != 0, offset: off, meta: int64(kind)<<8 | int64(arg), key: uint64(kind>>2) & 3}
 	}
 	if int(arg) < len(m.recs) {
-		return trackerOp{offset: m.recs[arg].offset}
+		return trackerOp{offset: m.recs[arg].offset, abandon: kind&0xf0 == 0xf0}
 	}
 	next, _ := m.position()
 	return trackerOp{offset: next - 4 + int64(arg)%int64(m.last-next+9)}

@@ -19,7 +19,8 @@ import (
 // checkpoint at random positions with a rising eviction time, and crash at
 // random points. After every crash the persisted state must equal applying,
 // in the order they were made, exactly the writes whose offset is below
-// their stage's persisted Next, then evicting what expired by the last
+// their stage's persisted Next or in its persisted set of offsets completed
+// above it (Checkpoint.Above, random here), then evicting what expired by the last
 // eviction time; before it, every Get and every range read (Scan,
 // ScanReverse, random bounds) must see the latest write of any stage (or
 // its eviction, once that write is persisted).
@@ -67,6 +68,10 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 	base := map[string]modelEntry{}
 	var log []modelWrite
 	nexts := make([]int64, len(stages))
+	aboves := make([][]int64, len(stages))
+	covered := func(stage int, off int64) bool {
+		return off < nexts[stage] || slices.Contains(aboves[stage], off)
+	}
 	var ev int64
 	checkpointed := false
 
@@ -74,7 +79,7 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 		s := maps.Clone(base)
 		for _, w := range log {
 			switch {
-			case w.off >= nexts[w.stage]:
+			case !covered(w.stage, w.off):
 			case w.del:
 				delete(s, w.key)
 			default:
@@ -88,7 +93,7 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 	liveModel := func(key string) (string, bool) {
 		for i := len(log) - 1; i >= 0; i-- {
 			if w := log[i]; w.key == key {
-				if w.off < nexts[w.stage] {
+				if covered(w.stage, w.off) {
 					break // persisted: maybe evicted since
 				}
 				return w.val, !w.del
@@ -145,6 +150,7 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 		if ok {
 			for i, cp := range got {
 				require.Equal(t, nexts[i], cp.Next, "stage %d", i)
+				require.Equal(t, aboves[i], cp.Above, "stage %d", i)
 			}
 		}
 		for _, k := range keys {
@@ -168,6 +174,9 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 				del:   rng.IntN(5) == 0,
 			}
 			w.off = nexts[w.stage] + rng.Int64N(12)
+			if covered(w.stage, w.off) {
+				continue // complete: the chain writes nothing more for it
+			}
 			ss := ps.Stage(w.stage)
 			if w.del {
 				require.NoError(t, ss.Delete(w.off, []byte(w.key)))
@@ -185,7 +194,23 @@ func crashScenario(t *testing.T, h *harness, seed uint64) {
 			cps := make([]commit.Checkpoint, len(stages))
 			for i := range stages {
 				nexts[i] += rng.Int64N(8)
-				cps[i] = commit.Checkpoint{Stage: stages[i], Next: nexts[i], Watermark: rng.Int64()}
+				// The set only grows (offsets leave it below Next): a
+				// carried record is complete.
+				// A position is never a completed offset: it passes
+				// the carried ones it reaches.
+				for slices.Contains(aboves[i], nexts[i]) {
+					nexts[i]++
+				}
+				above := slices.DeleteFunc(aboves[i], func(o int64) bool { return o < nexts[i] })
+				for range rng.IntN(3) {
+					above = append(above, nexts[i]+1+rng.Int64N(11))
+				}
+				slices.Sort(above)
+				if above = slices.Compact(above); len(above) == 0 {
+					above = nil
+				}
+				aboves[i] = above
+				cps[i] = commit.Checkpoint{Stage: stages[i], Next: nexts[i], Watermark: rng.Int64(), Above: slices.Clone(above)}
 			}
 			ev += rng.Int64N(4)
 			require.NoError(t, ps.Checkpoint(cps, time.Unix(ev, 0)))

@@ -52,19 +52,24 @@
 // # Atomicity (DESIGN I4)
 //
 // Checkpoint(cps, evictBefore) commits ONE synced batch holding, for each
-// stage i, its pending writes of records with offset < cps[i].Next, merged
-// across stages in the order they were made; the eviction below; and every
-// stage's checkpoint (Next, Watermark). Writes of later records stay
-// pending. Hence, after any crash:
+// stage i, its pending writes of records with offset < cps[i].Next or in
+// cps[i].Above (the offsets the stage completed above its position, carried
+// with it: see commit.Checkpoint), merged across stages in the order they
+// were made; the eviction below; and every stage's checkpoint (Next,
+// Watermark, Above). Writes of other records stay pending. Hence, after any
+// crash:
 //
-//	a record's state effect is persisted  <=>  its stage's persisted Next covers it
+//	a record's state effect is persisted  <=>  its stage's persisted checkpoint covers it
+//	                                           (below Next, or in Above)
 //
 // and the persisted state equals applying, in the order they were made,
-// exactly the writes whose offset is below their stage's persisted Next
-// (plus eviction). A pending write that a later, already persisted write to
+// exactly the writes of the records their stage's persisted checkpoint
+// covers (plus eviction). The caller keeps each Above closed under
+// reads-from (commit.Tracker.AppendCompletedAbove): a carried record never
+// read a write of a record that is not covered. A pending write that a later, already persisted write to
 // the same key supersedes is dropped instead of written, since writing it
 // would move the key back in time. A stage must not write for a record
-// below the Next it last checkpointed (the chain never does: those records
+// below the Next it last checkpointed nor for one in its Above (the chain never does: those records
 // are complete). Nothing pending survives Close or a restart.
 //
 // If a batch fails to commit nothing changes: the writes stay pending and
@@ -105,6 +110,9 @@
 //	k/<user key>                  -> <expiry: 8 bytes BE unix ns, 0 = none><user value>
 //	x/<expiry: 8 bytes BE><user key> -> empty (expiry index, expiry >= 1)
 //	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
+//	                                 or, with offsets completed above Next,
+//	                                 <2><Next><Watermark> then per offset a uvarint
+//	                                 of its distance from the previous (Next − 1 for the first)
 //	l/                            -> <1><changelog offset: 8 bytes BE><written: unix ns, 8 bytes BE>
 //
 // and m/version holds the format version of a Pebble database.

@@ -28,7 +28,10 @@ const (
 	expiryLen = 8
 
 	checkpointVersion = 1
-	checkpointLen     = 1 + 8 + 8
+	// checkpointVersionAbove: a checkpoint carrying offsets completed above
+	// its Next (written only then; see encodeCheckpoint).
+	checkpointVersionAbove = 2
+	checkpointLen          = 1 + 8 + 8
 )
 
 // metaVersionKey holds the store's format version; it sits outside every

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -213,7 +214,7 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 }
 
 // Checkpoint persists, in one synced batch, every stage's pending writes
-// below its Next (in the order they were made), the eviction of expired
+// below its Next or in its Above (in the order they were made), the eviction of expired
 // entries and every stage's checkpoint. See doc.go. The state is then no
 // longer the image of a changelog, so the batch drops the changelog offset.
 func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Time) error {
@@ -354,21 +355,40 @@ func (p *partitionStore) checkCheckpoints(cps []commit.Checkpoint) error {
 		if cp.Stage != "" && cp.Stage != p.stages[i] {
 			return fmt.Errorf("%w: checkpoint %d is for stage %q, want %q", ErrInvalid, i, cp.Stage, p.stages[i])
 		}
+		prev := cp.Next - 1
+		for _, o := range cp.Above {
+			if o <= prev {
+				return fmt.Errorf("%w: checkpoint %d: offsets completed above %d not increasing from it: %v", ErrInvalid, i, cp.Next, cp.Above)
+			}
+			prev = o
+		}
 	}
 	return nil
 }
 
+// covers reports whether a checkpoint persists the writes of the record at
+// off: below the stage's Next or completed above it (Above, carried with
+// it).
+func covers(cp *commit.Checkpoint, off int64) bool {
+	if off < cp.Next {
+		return true
+	}
+	_, found := slices.BinarySearch(cp.Above, off)
+	return found
+}
+
 // takeLocked copies into ckpt.taken, per stage, the pending writes that this
-// checkpoint persists: offset below the stage's Next and not superseded. It
+// checkpoint persists: offset below the stage's Next or in its Above, and
+// not superseded. It
 // leaves the pending lists alone; persistedLocked removes the writes once
 // the batch has committed.
 func (p *partitionStore) takeLocked(cps []commit.Checkpoint) {
 	for i, l := range p.mu.pending {
 		p.ckpt.n[i] = len(l)
-		next := cps[i].Next
+		cp := &cps[i]
 		taken := p.ckpt.taken[i][:0]
 		for _, w := range l {
-			if w.off < next && w.seq > w.k.floor {
+			if covers(cp, w.off) && w.seq > w.k.floor {
 				taken = append(taken, w)
 			}
 		}
@@ -532,10 +552,10 @@ func expiredBy(enc []byte, ev int64) bool {
 // latest write was persisted reads as deleted.
 func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []string) {
 	for i, l := range p.mu.pending {
-		n, next := p.ckpt.n[i], cps[i].Next
+		n, cp := p.ckpt.n[i], &cps[i]
 		j := 0
 		for _, w := range l[:n] {
-			if w.off >= next {
+			if !covers(cp, w.off) {
 				l[j] = w
 				j++
 				continue
@@ -654,24 +674,52 @@ func (p *partitionStore) dropLocked() {
 	}
 }
 
-// encodeCheckpoint: <version 1><next be64><watermark be64>. The stage name
-// is in the key.
+// encodeCheckpoint: <version 1><next be64><watermark be64>; with offsets
+// completed at or above next, <version 2><next><watermark> then each offset
+// as a uvarint of its distance from the previous one (from next − 1 for the
+// first).
+// The stage name is in the key.
 func encodeCheckpoint(cp commit.Checkpoint) []byte {
-	v := make([]byte, 0, checkpointLen)
-	v = append(v, checkpointVersion)
+	v := make([]byte, 0, checkpointLen+2*len(cp.Above))
+	if len(cp.Above) == 0 {
+		v = append(v, checkpointVersion)
+	} else {
+		v = append(v, checkpointVersionAbove)
+	}
 	v = binary.BigEndian.AppendUint64(v, uint64(cp.Next))
-	return binary.BigEndian.AppendUint64(v, uint64(cp.Watermark))
+	v = binary.BigEndian.AppendUint64(v, uint64(cp.Watermark))
+	prev := cp.Next - 1
+	for _, o := range cp.Above {
+		v = binary.AppendUvarint(v, uint64(o-prev))
+		prev = o
+	}
+	return v
 }
 
 func decodeCheckpoint(stage string, v []byte) (commit.Checkpoint, error) {
-	if len(v) != checkpointLen || v[0] != checkpointVersion {
+	bad := func() (commit.Checkpoint, error) {
 		return commit.Checkpoint{}, fmt.Errorf("%w: checkpoint of stage %q: %x", ErrCorrupt, stage, v)
 	}
-	return commit.Checkpoint{
+	if len(v) < checkpointLen || (v[0] != checkpointVersion && v[0] != checkpointVersionAbove) ||
+		(v[0] == checkpointVersion) != (len(v) == checkpointLen) {
+		return bad()
+	}
+	cp := commit.Checkpoint{
 		Stage:     stage,
 		Next:      int64(binary.BigEndian.Uint64(v[1:])),
 		Watermark: int64(binary.BigEndian.Uint64(v[9:])),
-	}, nil
+	}
+	prev := cp.Next - 1
+	for rest := v[checkpointLen:]; len(rest) > 0; {
+		d, n := binary.Uvarint(rest)
+		if n <= 0 || d == 0 || d > uint64(math.MaxInt64-prev) {
+			return bad()
+		}
+		prev += int64(d)
+		cp.Above = append(cp.Above, prev)
+		rest = rest[n:]
+	}
+	return cp, nil
 }
 
 // stageState is the chain.StageState of one stage.
