@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -88,8 +89,10 @@ type WorkloadResult struct {
 
 	// RatioNoopRaw is the one-stage no-op chain ÷ raw consumer throughput,
 	// measured on a separate input of CeilingRecords records.
-	RatioNoopRaw   *float64 `json:"ratio_noop_raw,omitempty"`
-	CeilingRecords int      `json:"ceiling_records,omitempty"`
+	// the median of NoopRawPairs: each pair's no-op ÷ raw, the two run back to back.
+	RatioNoopRaw   *float64  `json:"ratio_noop_raw,omitempty"`
+	NoopRawPairs   []float64 `json:"noop_raw_pairs,omitempty"`
+	CeilingRecords int       `json:"ceiling_records,omitempty"`
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
@@ -339,7 +342,12 @@ func (w *WorkloadResult) ratios() {
 			cmp.P99Lower = ratio(*cmp.Base.P99ms, *cmp.Chain.P99ms)
 		}
 	}
-	if w.NoopChain != nil && w.Raw != nil {
+	if len(w.NoopRawPairs) > 0 {
+		q := slices.Clone(w.NoopRawPairs)
+		slices.Sort(q)
+		m := q[len(q)/2]
+		w.RatioNoopRaw = &m
+	} else if w.NoopChain != nil && w.Raw != nil {
 		w.RatioNoopRaw = ratio(w.NoopChain.ThroughputRPS, w.Raw.ThroughputRPS)
 	}
 	if w.PollingChain != nil {

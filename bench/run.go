@@ -469,9 +469,10 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // ceilings measures the raw consumer and the one-stage no-op chain on a
 // prefix of ceilingRecords, or the whole stream if shorter (they read
 // hundreds of thousands of records per second, so a run of Duration would
-// need millions), three times each,
-// alternating; the median run is reported. They keep no state: the
-// steady-state rule is for the designs.
+// need millions), in ceilingPairs pairs run back to back, the order
+// alternating; the median run of each kind is reported, and the ratio is
+// the median of the pairs' ratios. They keep no state: the steady-state
+// rule is for the designs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
 	switch {
@@ -492,19 +493,39 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	}
 	wr.CeilingRecords = n
 	runs := map[kind][]*DesignResult{}
-	for range 3 {
-		for _, k := range []kind{kindRaw, kindNoop} {
+	wr.NoopRawPairs = nil
+	for i := range ceilingPairs {
+		// Each pair runs back to back, the order alternating, so a pair
+		// shares the machine's state of the moment (a neighbour's load, the
+		// harness's own heap) and neither kind always goes first.
+		order := []kind{kindRaw, kindNoop}
+		if i%2 == 1 {
+			order = []kind{kindNoop, kindRaw}
+		}
+		pair := map[kind]*DesignResult{}
+		for _, k := range order {
 			r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
 			if err != nil {
 				return err
 			}
 			r.Records = n
 			runs[k] = append(runs[k], r)
+			pair[k] = r
+		}
+		if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
+			wr.NoopRawPairs = append(wr.NoopRawPairs, *q)
 		}
 	}
 	wr.Raw, wr.NoopChain = median(runs[kindRaw]), median(runs[kindNoop])
 	return nil
 }
+
+// ceilingPairs is how many raw/no-op pairs the ceiling measurement runs.
+// Each run reads the input in about a third of a second, so one run that
+// meets a GC cycle of the harness's heap or a neighbour's burst moves a
+// ratio of medians by 0.2 (0.71–0.95 in three runs of a quiet machine with
+// three pairs); the median of five paired ratios is the figure reported.
+const ceilingPairs = 5
 
 // shortestFrom is the shortest input produced so far at the point with at
 // least n records (0: none).

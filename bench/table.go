@@ -197,7 +197,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		fmt.Fprintf(b, " %s ÷ it %.2f×\n", designLabel(wr.Chain), wr.Chain.ThroughputRPS/v.ThroughputRPS)
 	}
 	if wr.RatioNoopRaw != nil {
-		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of 3 each)\n", *wr.RatioNoopRaw, wr.CeilingRecords)
+		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
 	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
@@ -255,4 +255,13 @@ func floorLine(b *strings.Builder, c *Comparison) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// pairList is " 0.93 0.88 …" (two decimals each).
+func pairList(q []float64) string {
+	var b strings.Builder
+	for _, v := range q {
+		fmt.Fprintf(&b, " %.2f", v)
+	}
+	return b.String()
 }
