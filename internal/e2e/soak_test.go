@@ -347,3 +347,48 @@ func TestSoakUpgradeDowngrade(t *testing.T) {
 		o.Distinct(), o.Want, o.Mismatched, o.Unexpected, o.IdenticalDuplicates, o.ConflictingDuplicates)
 	require.True(t, r.OK(), r.Summary())
 }
+
+// TestSoakMixedFleet is a member-by-member roll interrupted: two members
+// of the binary before dfl3 (DIFFERENTIAL_OLD_BIN) run, one of this binary
+// joins, then leaves cleanly: its partitions go back to old members.
+func TestSoakMixedFleet(t *testing.T) {
+	old := os.Getenv("DIFFERENTIAL_OLD_BIN")
+	if os.Getenv(envSoak) != "1" || old == "" {
+		t.Skip("set " + envSoak + "=1 and DIFFERENTIAL_OLD_BIN=<differential built from ae0c1f7>")
+	}
+	const partitions, records, slices = 12, 24_000, 8
+	newBin := buildCLI(t)
+	f, recs, done := newSoakFleet(t, partitions, records, old)
+	defer done()
+	slice := func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
+	const margin = 400
+
+	f.produce(t, slice(0))
+	f.produce(t, slice(1))
+	a := f.start(t, "a")
+	b := f.start(t, "b")
+	f.waitStarted(t, a)
+	f.waitStarted(t, b)
+	f.waitCovered(t, margin, "old a, b")
+	f.bin = newBin
+	c := f.start(t, "c")
+	f.waitStarted(t, c)
+	f.produce(t, slice(2))
+	f.waitCovered(t, margin, "old a, b, new c")
+	f.produce(t, slice(3))
+	f.stop(t, c)
+	v3, above := committedV3(t, f)
+	t.Logf("new member c stopped: %d partitions commit dfl3 carrying %d offsets", v3, above)
+	for i := 4; i < slices; i++ {
+		f.produce(t, slice(i))
+	}
+	f.sentinels(t)
+	f.waitCovered(t, 0, "old a, b after c left")
+	f.stop(t, a)
+	f.stop(t, b)
+	r := f.check(t, reference.IdenticalDuplicates)
+	o := r.Outputs()
+	t.Logf("outputs %d distinct of %d, mismatched %d, unexpected %d, repeated %d identical %d conflicting",
+		o.Distinct(), o.Want, o.Mismatched, o.Unexpected, o.IdenticalDuplicates, o.ConflictingDuplicates)
+	require.True(t, r.OK(), r.Summary())
+}
