@@ -39,6 +39,8 @@ func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []
 		group: testbroker.Name(t, "soak"), partitions: partitions, assignor: "sticky",
 		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(),
 		exits: make(chan struct{}, 1), extra: []string{"--lateness", soakLateness.String()}}
+	// DIFFERENTIAL_SOAK_FLAGS: more `run` flags, e.g. "--key-concurrency 8".
+	f.extra = append(f.extra, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_FLAGS"))...)
 	if b.Real() {
 		t.Cleanup(func() {
 			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
