@@ -130,6 +130,8 @@ type fleet struct {
 	// outputs notices a member that died (say at start, before any output)
 	// at once instead of at its deadline.
 	exits chan struct{}
+	// extra flags for every member's `differential run` (soak tests).
+	extra []string
 }
 
 func (f *fleet) start(t *testing.T, name string) *member {
@@ -150,6 +152,7 @@ func (f *fleet) start(t *testing.T, name string) *member {
 	if f.exactlyOnce {
 		cmd.Args = append(cmd.Args, "--guarantee", "exactly-once")
 	}
+	cmd.Args = append(cmd.Args, f.extra...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -221,8 +224,8 @@ func (f *fleet) produce(t *testing.T, recs []workload.Record) {
 }
 
 // sentinels appends to every partition a valid click later than every
-// event so far: the last installs and purchases pass the gate without an
-// idle release.
+// event so far by more than the lateness: the last installs and purchases
+// pass the gate without an idle release.
 func (f *fleet) sentinels(t *testing.T) {
 	t.Helper()
 	var recs []workload.Record
@@ -241,7 +244,7 @@ func (f *fleet) sentinels(t *testing.T) {
 			}
 		}
 		v := fmt.Sprintf(`{"event_id":"%s","type":"click","user_id":"%s","time":"%s","campaign_id":"end"}`,
-			key, key, last.Add(time.Minute).UTC().Format(time.RFC3339Nano))
+			key, key, last.Add(f.cfg.Lateness+time.Minute).UTC().Format(time.RFC3339Nano))
 		recs = append(recs, workload.Record{Record: chain.Record{Key: []byte(key), Value: []byte(v), Timestamp: time.Now()}})
 	}
 	f.produce(t, recs)
