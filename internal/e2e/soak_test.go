@@ -373,6 +373,10 @@ func TestSoakMixedFleet(t *testing.T) {
 	f.waitStarted(t, b)
 	f.waitCovered(t, margin, "old a, b")
 	f.bin = newBin
+	// DIFFERENTIAL_SOAK_NEW_FLAGS: flags for this binary's members only
+	// (the old binary refuses flags it does not know), e.g.
+	// "--metadata-version 2" for the first phase of a rolling upgrade.
+	f.extra = append(f.extra, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_NEW_FLAGS"))...)
 	c := f.start(t, "c")
 	f.waitStarted(t, c)
 	f.produce(t, slice(2))
