@@ -51,6 +51,7 @@ type config struct {
 	observers       []Observer
 	tracer          Tracer
 	admission       bool // WithAdmissionStep
+	noCarry         bool // WithoutCarriedOffsets
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
 	// completion fans out to the observers that are CompletionObservers;
@@ -137,6 +138,23 @@ func (c *config) validate() error {
 // comparisons and tests.
 func WithAdmissionStep() Option {
 	return optionFunc(func(c *config) { c.admission = true })
+}
+
+// WithoutCarriedOffsets is the rolling-upgrade compatibility mode: the
+// chain reads commit metadata of every version (dfl1, dfl2, dfl3) but
+// writes no dfl3 that a binary before dfl3 would misread (it resets the
+// state of a partition whose metadata it does not know). It implies
+// WithAdmissionStep, so a stop drains to a contiguous completed set, and
+// checkpoints carry no offsets completed above the position: the metadata
+// is dfl1/dfl2, byte-identical to a binary before dfl3. One exception: a
+// partition restored from dfl3 metadata (written by a member without this
+// option) keeps the restored offsets that are still above its position
+// (they were not processed again and must not be) and its metadata is dfl3
+// until the position passes them — which can only happen once some member
+// has run without the option (README "Upgrading to, and downgrading from,
+// the dfl3: metadata").
+func WithoutCarriedOffsets() Option {
+	return optionFunc(func(c *config) { c.noCarry = true; c.admission = true })
 }
 
 // WithOffsetDistance sets the safety distance in offsets: a follower may

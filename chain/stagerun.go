@@ -89,6 +89,10 @@ type stageRun struct {
 	// carry: checkpoints carry the offsets completed above the position
 	// (at-least-once mode with a span that fits the metadata).
 	carry bool
+	// keep: without carry (WithoutCarriedOffsets), the restored offsets
+	// above the position (pre) that checkpoints still carry, until the
+	// position passes them; guarded by mu.
+	keep []int64
 
 	// loopDone is closed when the stage's loop returned (it begins no
 	// more records).
@@ -151,13 +155,16 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
 	s.room = p.c.cfg.inFlight
 	s.tracker.SetInitialMeta(cp.Watermark)
-	if span := commit.MaxAboveSpan(len(p.c.stages)); p.c.tc == nil && span > 0 {
+	if span := commit.MaxAboveSpan(len(p.c.stages)); p.c.tc == nil && !p.c.cfg.noCarry && span > 0 {
 		s.carry = true
 		s.tracker.SetSpan(span)
 	}
 	if len(cp.Above) > 0 {
 		s.tracker.SetCompletedAbove(cp.Above)
 		s.pre = slices.Clone(cp.Above)
+		if p.c.cfg.noCarry {
+			s.keep = slices.Clone(cp.Above)
+		}
 	}
 	s.loopDone = make(chan struct{})
 	if s.kg != nil && s.carry && !p.c.cfg.admission {
@@ -599,8 +606,28 @@ func (s *stageRun) preDone(o int64) bool {
 // carried (commit.Tracker.AppendCompletedAbove: closed under reads-from).
 func (s *stageRun) checkpoint() commit.Checkpoint {
 	if !s.carry {
+		s.mu.Lock()
 		next, wm := s.cp.load()
-		return commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+		var above []int64
+		if len(s.keep) > 0 {
+			// The restored offsets still above the position: completed
+			// by an earlier run, not processed again by this one, so
+			// they must stay in the metadata (a subset of the restored
+			// set, which was closed under reads-from, plus what is now
+			// below the position: closed too).
+			pos, _ := s.tracker.Position()
+			lo := max(next, pos)
+			i := 0
+			for i < len(s.keep) && s.keep[i] < lo {
+				i++
+			}
+			s.keep = s.keep[i:]
+			if len(s.keep) > 0 {
+				above = slices.Clone(s.keep)
+			}
+		}
+		s.mu.Unlock()
+		return commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm, Above: above}
 	}
 	s.mu.Lock()
 	next, wm := s.cp.load() // stored under mu: consistent with the tracker

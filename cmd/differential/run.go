@@ -60,6 +60,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "changelog", cl)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
 	}
+	if o.metaVersion == "2" {
+		// Rolling-upgrade compatibility: write nothing a binary before
+		// dfl3 would take for another application's metadata.
+		h.chainOptions = append(h.chainOptions, chain.WithoutCarriedOffsets())
+	}
 	var prod chain.Producer
 	if o.exactlyOnce() {
 		tx, err := o.transactor(db, cl, sc, reg, log)

@@ -309,21 +309,32 @@ func TestSoakUpgradeDowngrade(t *testing.T) {
 		}
 	}
 
-	if os.Getenv("DIFFERENTIAL_DOWNGRADE_VIA_EOS") == "1" {
-		// One run of this binary in exactly-once mode (the admission step,
-		// no sets carried) before the downgrade: does it leave dfl2?
+	// One run of this binary that writes no dfl3 before the downgrade:
+	// in exactly-once mode (DIFFERENTIAL_DOWNGRADE_VIA_EOS=1) or in the
+	// compatibility mode (DIFFERENTIAL_DOWNGRADE_VIA_COMPAT=1, --metadata-version 2:
+	// the admission step, no sets carried but the restored ones still above
+	// a position). Does it leave dfl1/dfl2?
+	var via []string
+	switch {
+	case os.Getenv("DIFFERENTIAL_DOWNGRADE_VIA_EOS") == "1":
+		via = []string{"--guarantee", "exactly-once"}
+	case os.Getenv("DIFFERENTIAL_DOWNGRADE_VIA_COMPAT") == "1":
+		via = []string{"--metadata-version", "2"}
+	}
+	if via != nil {
 		extra := f.extra
-		f.extra = append(append([]string(nil), extra...), "--guarantee", "exactly-once")
+		f.extra = append(append([]string(nil), extra...), via...)
 		m = f.start(t, "m")
 		f.waitStarted(t, m)
 		f.produce(t, slice(next))
 		next++
-		f.waitCovered(t, margin, "new binary, exactly-once")
+		f.waitCovered(t, margin, "new binary, "+strings.Join(via, " "))
 		f.stop(t, m)
+		requireNoRepeat(t, f, "new binary "+strings.Join(via, " ")+", clean stop")
 		f.extra = extra
 		v3, above := committedV3(t, f)
-		t.Logf("new binary stopped in exactly-once mode: %d partitions commit dfl3 carrying %d offsets", v3, above)
-		require.Zero(t, v3, "an exactly-once run leaves no set in the metadata")
+		t.Logf("new binary stopped with %v: %d partitions commit dfl3 carrying %d offsets", via, v3, above)
+		require.Zero(t, v3, "a run with %v leaves no set in the metadata", via)
 	}
 
 	// Downgrade: on another instance (a partition moving to an old member
@@ -373,6 +384,10 @@ func TestSoakMixedFleet(t *testing.T) {
 	f.waitStarted(t, b)
 	f.waitCovered(t, margin, "old a, b")
 	f.bin = newBin
+	// DIFFERENTIAL_SOAK_NEW_FLAGS: flags for this binary's members only
+	// (the old binary refuses flags it does not know), e.g.
+	// "--metadata-version 2" for the first phase of a rolling upgrade.
+	f.extra = append(f.extra, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_NEW_FLAGS"))...)
 	c := f.start(t, "c")
 	f.waitStarted(t, c)
 	f.produce(t, slice(2))
