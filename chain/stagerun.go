@@ -62,6 +62,11 @@ type stageRun struct {
 	// record cannot be refused by a full window, so handle may run it
 	// before beginning it in the tracker (see run).
 	room int
+	// limit is the tracker's BeginLimit as of the same moment (the span
+	// of offsets a checkpoint can carry, commit.MaxAboveSpan): a lower
+	// bound too, since completions only raise it. With room it says a
+	// record at or below it cannot be refused.
+	limit int64
 
 	// outstanding counts records begun and neither completed nor dropped;
 	// drained is notified when it may have reached zero (and, in
@@ -154,6 +159,7 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	}
 	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
 	s.room = p.c.cfg.inFlight
+	s.limit = math.MaxInt64
 	s.tracker.SetInitialMeta(cp.Watermark)
 	if span := commit.MaxAboveSpan(len(p.c.stages)); p.c.tc == nil && !p.c.cfg.noCarry && span > 0 {
 		s.carry = true
@@ -369,12 +375,13 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		kh = s.p.keyHash(ev.Key)
 	}
 	pre := s.preDone(ev.Offset)
-	if accept && !pre && s.room > 0 && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
+	if accept && !pre && s.room > 0 && ev.Offset <= s.limit && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
 		// Run on this goroutine, nothing else to register: counted as
 		// begun now (a drain waits for it), entered in the tracker by run
 		// — together with its completion when it completes at once (one
 		// critical section instead of two, issue #13). The window has
-		// room, so nothing could have refused the record.
+		// room and the offset is within the span, so nothing could have
+		// refused the record.
 		s.outstanding.Add(1)
 		s.observe(ev, accept, rel)
 		return s.run(s.pc, ev, streamBefore, 0, true)
@@ -652,6 +659,7 @@ func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 		s.keys.begin(kh, o, sBefore)
 	}
 	s.room = s.tracker.Window() - s.tracker.Occupied()
+	s.limit = s.tracker.BeginLimit()
 	s.mu.Unlock()
 	switch {
 	case err == nil:
@@ -719,6 +727,7 @@ func (s *stageRun) beginCompleted(o int64) {
 		s.cp.store(next, wm)
 	}
 	s.room = s.tracker.Window() - s.tracker.Occupied()
+	s.limit = s.tracker.BeginLimit()
 	s.mu.Unlock()
 	s.completed(adv, next, wm, err)
 }
@@ -730,6 +739,7 @@ func (s *stageRun) beginLate(o int64) error {
 	s.mu.Lock()
 	err := s.tracker.Begin(o, s.stream)
 	s.room = s.tracker.Window() - s.tracker.Occupied()
+	s.limit = s.tracker.BeginLimit()
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("stage %q: %w", s.name, err)
