@@ -61,21 +61,34 @@ func TestCleanStopAbandonsUnreleasableGatedRecordRepeatsNothing(t *testing.T) {
 		require.True(t, strings.HasPrefix(last.Metadata, "dfl3:"), "the metadata carries the offsets completed above: %q", last.Metadata)
 
 		// The restart: a click far in the future makes everything known.
-		tt.Start(0)
-		tt.Append(0, chaintest.Rec("u9", ev("click", 100000), base))
-		tt.WaitIdle()
-		require.NoError(t, tt.Stop())
-		require.Equal(t, map[int64]int{0: 1, 1: 1, 6: 1}, r.callsOf("click"))
-		require.Equal(t, map[int64]int{2: 1, 3: 1}, r.callsOf("install"), "each install once across the restart")
-		require.Equal(t, map[int64]int{4: 1, 5: 1}, r.callsOf("purchase"), "each purchase once across the restart")
-		got := map[string]int{}
-		for _, m := range tt.Outputs("output") {
-			got[string(m.Value)]++
-		}
-		require.Equal(t, map[string]int{"click@0": 1, "click@1": 1, "install@2": 1, "install@3": 1, "purchase@4": 1, "purchase@5": 1, "click@6": 1}, got)
-		commits = tt.Commits(0)
-		require.Equal(t, int64(7), commits[len(commits)-1].Offset)
+		restartRunsUnreleasableRecsOnce(t, tt, r, nil)
 	})
+}
+
+// restartRunsUnreleasableRecsOnce restarts a tester that stopped on
+// unreleasableRecs, appends a click far in the future (everything becomes
+// known), stops it again and checks that across both runs every record ran
+// once per stage, every output was produced once and the last commit is at
+// the end. check, when not nil, is given the second run's commits first.
+func restartRunsUnreleasableRecsOnce(t *testing.T, tt *chaintest.Tester, r *recorder, check func([]chaintest.Commit)) {
+	t.Helper()
+	tt.Start(0)
+	tt.Append(0, chaintest.Rec("u9", ev("click", 100000), base))
+	tt.WaitIdle()
+	require.NoError(t, tt.Stop())
+	commits := tt.Commits(0)
+	if check != nil {
+		check(commits)
+	}
+	require.Equal(t, map[int64]int{0: 1, 1: 1, 6: 1}, r.callsOf("click"))
+	require.Equal(t, map[int64]int{2: 1, 3: 1}, r.callsOf("install"), "each install once across the restart")
+	require.Equal(t, map[int64]int{4: 1, 5: 1}, r.callsOf("purchase"), "each purchase once across the restart")
+	got := map[string]int{}
+	for _, m := range tt.Outputs("output") {
+		got[string(m.Value)]++
+	}
+	require.Equal(t, map[string]int{"click@0": 1, "click@1": 1, "install@2": 1, "install@3": 1, "purchase@4": 1, "purchase@5": 1, "click@6": 1}, got)
+	require.Equal(t, int64(7), commits[len(commits)-1].Offset)
 }
 
 // TestCrashAfterCheckpointWithSetLosesAndRepeatsNothing: a checkpoint

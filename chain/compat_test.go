@@ -64,21 +64,7 @@ func TestWithoutCarriedOffsetsWritesNoDfl3AndCleanStopRepeatsNothing(t *testing.
 		require.NotEmpty(t, cs)
 		requireNoDfl3(t, cs)
 
-		tt.Start(0)
-		tt.Append(0, chaintest.Rec("u9", ev("click", 100000), base))
-		tt.WaitIdle()
-		require.NoError(t, tt.Stop())
-		requireNoDfl3(t, tt.Commits(0))
-		require.Equal(t, map[int64]int{0: 1, 1: 1, 6: 1}, r.callsOf("click"))
-		require.Equal(t, map[int64]int{2: 1, 3: 1}, r.callsOf("install"), "each install once across the restart")
-		require.Equal(t, map[int64]int{4: 1, 5: 1}, r.callsOf("purchase"), "each purchase once across the restart")
-		got := map[string]int{}
-		for _, m := range tt.Outputs("output") {
-			got[string(m.Value)]++
-		}
-		require.Equal(t, map[string]int{"click@0": 1, "click@1": 1, "install@2": 1, "install@3": 1, "purchase@4": 1, "purchase@5": 1, "click@6": 1}, got)
-		cs = tt.Commits(0)
-		require.Equal(t, int64(7), cs[len(cs)-1].Offset)
+		restartRunsUnreleasableRecsOnce(t, tt, r, func(cs []chaintest.Commit) { requireNoDfl3(t, cs) })
 	})
 }
 
