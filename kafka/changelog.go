@@ -289,6 +289,10 @@ func (c *Changelog) addPartitions(ctx context.Context, have, want int32) error {
 	return nil
 }
 
+// growMetadataWait bounds how long growTo asks for the input's metadata
+// again before a partition it was asked for is called missing.
+var growMetadataWait = 10 * time.Second
+
 // growTo makes the changelog hold input partition partition, added to the
 // input while the engine runs: it adds the changelog partitions the input
 // has more of (addPartitions), and fails with ErrChangelogMismatch when the
@@ -299,16 +303,36 @@ func (c *Changelog) growTo(ctx context.Context, partition int32) error {
 	if partition < c.partitions.Load() {
 		return nil
 	}
-	if err := c.read.RefreshMetadata(c.input, c.topic); err != nil {
-		return fmt.Errorf("kafka: metadata of topics %q and %q: %w", c.input, c.topic, err)
-	}
-	in, err := c.read.Partitions(c.input)
-	if err != nil {
-		return fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
-	}
-	want := int32(len(in))
-	if partition >= want {
-		return fmt.Errorf("%w: input partition %d has no changelog partition, and topic %q has only %d partitions", ErrChangelogMismatch, partition, c.input, want)
+	// The group assigned partition, so the input has it — but the broker
+	// answering metadata may not know yet: partitions added to a topic
+	// reach each broker's metadata cache a moment after the controller
+	// took them (seen on a real broker right after CreatePartitions). So
+	// the input's count is asked again for a while before the partition is
+	// called missing.
+	var want int32
+	wait := 20 * time.Millisecond
+	deadline := time.Now().Add(growMetadataWait)
+	for {
+		if err := c.read.RefreshMetadata(c.input, c.topic); err != nil {
+			return fmt.Errorf("kafka: metadata of topics %q and %q: %w", c.input, c.topic, err)
+		}
+		in, err := c.read.Partitions(c.input)
+		if err != nil {
+			return fmt.Errorf("kafka: metadata of topic %q: %w", c.input, err)
+		}
+		want = int32(len(in))
+		if partition < want {
+			break
+		}
+		if !time.Now().Add(wait).Before(deadline) {
+			return fmt.Errorf("%w: input partition %d has no changelog partition, and topic %q has only %d partitions (after %s)", ErrChangelogMismatch, partition, c.input, want, growMetadataWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
 	got, err := c.read.Partitions(c.topic)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/kafka"
 )
@@ -101,7 +102,9 @@ func TestChangelogTopicIsCreatedAndChecked(t *testing.T) {
 	_, err = newChangelog(t, b, "no-such-input-"+group, group, "")
 	require.ErrorIs(t, err, kafka.ErrUnknownTopic)
 
+	restore := kafka.SetGrowMetadataWait(200 * time.Millisecond)
 	_, err = cl.Partition(input, 3)
+	restore()
 	require.ErrorIs(t, err, kafka.ErrChangelogMismatch, "a partition the input does not have has no changelog partition")
 	_, err = cl.Partition("other", 0)
 	require.Error(t, err)
@@ -140,11 +143,16 @@ func TestChangelogGrowsWithTheInput(t *testing.T) {
 	end, err = p1.End(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), end, "the old partition keeps its records")
+	restore := kafka.SetGrowMetadataWait(200 * time.Millisecond)
 	_, err = cl.Partition(input, 3)
+	restore()
 	require.ErrorIs(t, err, kafka.ErrChangelogMismatch, "the input has no partition 3")
 
-	// Grown while no engine ran: the next start grows the changelog.
+	// Grown while no engine ran: the next start grows the changelog. (A
+	// real broker lists the new partitions a moment after CreatePartitions
+	// returns; the start reads the count the brokers list.)
 	require.NoError(t, admin.CreatePartitions(input, 5, nil, false))
+	require.NoError(t, kadmin.AwaitLeaders(b.Addrs(), b.Config(), input, 5, 30*time.Second))
 	again, err := newChangelog(t, b, input, group, "")
 	require.NoError(t, err)
 	assert.Equal(t, int32(5), again.Partitions())
