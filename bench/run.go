@@ -519,7 +519,8 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		if i%2 == 1 {
 			order = []kind{kindNoop, kindRaw}
 		}
-		for _, m := range methods {
+		var cpu *float64 // the children's pair: no-op ÷ raw CPU seconds (their own)
+		for j, m := range methods {
 			pair := map[kind]*DesignResult{}
 			for _, k := range order {
 				r, err := m.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
@@ -533,9 +534,13 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 			if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
 				m.pairs = append(m.pairs, *q)
 			}
+			if j == 0 && len(methods) > 1 {
+				cpu = ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
+			}
 		}
-		if len(methods) > 1 {
-			h.progressf("  pair %d: no-op ÷ raw %.2f in child processes, %.2f in the harness process", i+1, methods[0].pairs[len(methods[0].pairs)-1], methods[1].pairs[len(methods[1].pairs)-1])
+		if len(methods) > 1 && len(methods[0].pairs) == i+1 && len(methods[1].pairs) == i+1 && cpu != nil {
+			h.progressf("  pair %d: no-op ÷ raw %.2f in child processes (their CPU seconds: no-op ÷ raw %.2f), %.2f in the harness process",
+				i+1, methods[0].pairs[i], *cpu, methods[1].pairs[i])
 		}
 	}
 	m := methods[0]
