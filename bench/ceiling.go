@@ -211,7 +211,8 @@ func checkInput(c *broker, spec CeilingSpec) error {
 // Options.Progress (its last lines also into the error when it fails). The
 // child is killed when ctx ends or when it overruns Options.Timeout (plus
 // a grace of a quarter of it, at most 10s, in which the child reports its
-// own stall): no pass outlives the call.
+// own stall): no pass outlives the call. On Linux the kernel also kills it
+// if this process dies first (dieWithParent).
 func (h *harness) measureChild(ctx context.Context, s runSpec) (*DesignResult, error) {
 	o := h.o
 	spec := CeilingSpec{
@@ -239,7 +240,9 @@ func (h *harness) measureChild(ctx context.Context, s runSpec) (*DesignResult, e
 	cmd.Stderr = stderr
 	// After a kill, do not wait long for pipes a descendant might hold.
 	cmd.WaitDelay = time.Second
+	release := dieWithParent(cmd)
 	err = cmd.Run()
+	release()
 	pid := 0
 	if cmd.Process != nil {
 		pid = cmd.Process.Pid

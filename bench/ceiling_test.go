@@ -32,12 +32,29 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "harness":
+		harnessChild()
 	case "hang":
 		fmt.Fprintf(os.Stderr, "hanging child %d started\n", os.Getpid())
 		time.Sleep(time.Hour) // the child under test: it must be killed
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// harnessChild is TestMain's "harness" mode: a harness process that runs
+// one ceiling pass in a child that never ends ("hang"), for
+// TestCeilingChildDiesWithHarness to kill.
+func harnessChild() {
+	_ = os.Setenv(childEnv, "hang")
+	c, err := openBroker([]string{"127.0.0.1:1"})
+	if err != nil {
+		panic(err)
+	}
+	o := Options{Timeout: time.Hour, CeilingCommand: []string{os.Args[0]}, Progress: os.Stderr}.withDefaults()
+	h := &harness{o: o, c: c, cfg: attributionConfig()}
+	_, err = h.measureChild(context.Background(), runSpec{kind: kindRaw, pt: workloadB(), topic: "t", ends: []int64{1}})
+	panic(err) // not reached: the test kills this process
 }
 
 // ceilingHarness is a harness on the test broker (DIFFERENTIAL_TEST_BROKERS,
