@@ -76,7 +76,8 @@
 // hold. Each pair is then also run in Run's process, reported beside it
 // (WorkloadResult.CeilingMethod, NoopRawPairsInProcess); the children's CPU
 // and heap are their own (DesignResult.OwnProcess). A child still running
-// after Timeout (plus a grace) or when the context ends is killed. Without
+// after Timeout (plus a grace) or when the context ends is killed (on
+// Linux also when Run's process dies). Without
 // CeilingCommand (Go tests and benchmarks) the passes run in Run's process.
 // And the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
