@@ -62,9 +62,24 @@
 // B also measures the ceilings: a plain sarama consumer group reading every
 // partition and doing nothing ("raw"), the one-stage no-op chain (a cheap
 // decoder, no store, no producer), on one input of 300,000 records (or
-// the whole stream if shorter; 3 runs each, alternating, median; they keep
-// no state, so the
-// steady-state rule below is for the designs), and the polling fallback:
+// the whole stream if shorter; five pairs run back to back, the order
+// alternating, the ratio the median of the pairs'; they keep no state, so
+// the steady-state rule below is for the designs). With
+// Options.CeilingCommand (the CLI sets it) each pass runs in a fresh child
+// process (ceiling.go: ServeCeiling reads a CeilingSpec on stdin and writes
+// the DesignResult on stdout; the embedded broker stays in Run's process,
+// reached over TCP): a pass lasts about a third of a second, and in Run's
+// process it would share a heap of hundreds of MB that is not the design's
+// (stream, reference model, embedded broker) — a GC cycle of it fell in
+// nearly every pass, its marking taking CPU and turning on the write
+// barriers the chain's copies pay — which a deployed consumer does not
+// hold. Each pair is then also run in Run's process, reported beside it
+// (WorkloadResult.CeilingMethod, NoopRawPairsInProcess); the children's CPU
+// and heap are their own (DesignResult.OwnProcess). A child still running
+// after Timeout (plus a grace) or when the context ends is killed (on
+// Linux also when Run's process dies). Without
+// CeilingCommand (Go tests and benchmarks) the passes run in Run's process.
+// And the polling fallback:
 // the chain with a PollingBufferSize-record handoff buffer, whose followers
 // fall out of the buffer and poll Kafka themselves, on the chain's input
 // (the median chain run's prefix, so the ratio compares the same records).

@@ -119,10 +119,12 @@ type harness struct {
 	o   Options
 	c   *broker
 	cfg attribution.Config
+	// tag follows "bench" in progress lines (a ceiling child's pid).
+	tag string
 }
 
 func (h *harness) progressf(format string, args ...any) {
-	fmt.Fprintf(h.o.Progress, "bench: "+format+"\n", args...)
+	fmt.Fprintf(h.o.Progress, "bench"+h.tag+": "+format+"\n", args...)
 }
 
 // pointRun is one point's stream and the inputs cut from it.
@@ -473,6 +475,12 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // alternating; the median run of each kind is reported, and the ratio is
 // the median of the pairs' ratios. They keep no state: the steady-state
 // rule is for the designs.
+//
+// With Options.CeilingCommand every pass runs in a fresh child process
+// (measureChild: the design's own heap only, as a deployed consumer), and
+// each pair is followed by the same pair in this process, reported beside
+// it for comparison (WorkloadResult.NoopRawPairsInProcess); without it the
+// passes run in this process only.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
 	switch {
@@ -492,39 +500,74 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		return err
 	}
 	wr.CeilingRecords = n
-	runs := map[kind][]*DesignResult{}
-	wr.NoopRawPairs = nil
+	type method struct {
+		measure func(context.Context, runSpec) (*DesignResult, error)
+		runs    map[kind][]*DesignResult
+		pairs   []float64
+	}
+	methods := []*method{{measure: h.measure, runs: map[kind][]*DesignResult{}}}
+	wr.CeilingMethod = CeilingInProcess
+	if len(h.o.CeilingCommand) > 0 {
+		wr.CeilingMethod = CeilingChildProcess
+		methods = append([]*method{{measure: h.measureChild, runs: map[kind][]*DesignResult{}}}, methods...)
+	}
 	for i := range ceilingPairs {
 		// Each pair runs back to back, the order alternating, so a pair
-		// shares the machine's state of the moment (a neighbour's load, the
-		// harness's own heap) and neither kind always goes first.
+		// shares the machine's state of the moment (a neighbour's load)
+		// and neither kind always goes first.
 		order := []kind{kindRaw, kindNoop}
 		if i%2 == 1 {
 			order = []kind{kindNoop, kindRaw}
 		}
-		pair := map[kind]*DesignResult{}
-		for _, k := range order {
-			r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
-			if err != nil {
-				return err
+		var cpu *float64 // the children's pair: no-op ÷ raw CPU seconds (their own)
+		for j, m := range methods {
+			pair := map[kind]*DesignResult{}
+			for _, k := range order {
+				r, err := m.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
+				if err != nil {
+					return err
+				}
+				r.Records = n
+				m.runs[k] = append(m.runs[k], r)
+				pair[k] = r
 			}
-			r.Records = n
-			runs[k] = append(runs[k], r)
-			pair[k] = r
+			if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
+				m.pairs = append(m.pairs, *q)
+			}
+			if j == 0 && len(methods) > 1 {
+				cpu = ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
+			}
 		}
-		if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
-			wr.NoopRawPairs = append(wr.NoopRawPairs, *q)
+		if len(methods) > 1 && len(methods[0].pairs) == i+1 && len(methods[1].pairs) == i+1 && cpu != nil {
+			h.progressf("  pair %d: no-op ÷ raw %.2f in child processes (their CPU seconds: no-op ÷ raw %.2f), %.2f in the harness process",
+				i+1, methods[0].pairs[i], *cpu, methods[1].pairs[i])
 		}
 	}
-	wr.Raw, wr.NoopChain = median(runs[kindRaw]), median(runs[kindNoop])
+	m := methods[0]
+	wr.Raw, wr.NoopChain, wr.NoopRawPairs = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
+	if len(methods) > 1 {
+		m := methods[1]
+		wr.RawInProcess, wr.NoopChainInProcess, wr.NoopRawPairsInProcess = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
+	}
 	return nil
 }
 
+// The ceilings' methods (WorkloadResult.CeilingMethod).
+const (
+	// CeilingChildProcess: every pass in a fresh child process of its own
+	// (Options.CeilingCommand).
+	CeilingChildProcess = "child process"
+	// CeilingInProcess: every pass in Run's own process, beside the
+	// stream, the reference model and the embedded broker.
+	CeilingInProcess = "harness process"
+)
+
 // ceilingPairs is how many raw/no-op pairs the ceiling measurement runs.
 // Each run reads the input in about a third of a second, so one run that
-// meets a GC cycle of the harness's heap or a neighbour's burst moves a
-// ratio of medians by 0.2 (0.71–0.95 in three runs of a quiet machine with
-// three pairs); the median of five paired ratios is the figure reported.
+// meets a neighbour's burst (or, in the harness process, a GC cycle of its
+// heap) moves a ratio of medians by 0.2 (0.71–0.95 in three runs of a
+// quiet machine with three pairs); the median of five paired ratios is the
+// figure reported.
 const ceilingPairs = 5
 
 // shortestFrom is the shortest input produced so far at the point with at
@@ -637,6 +680,9 @@ type runSpec struct {
 	warm, measured int
 	// cfg, when set, replaces the harness's rules (the velocity runs).
 	cfg *attribution.Config
+	// group, when set, is the consumer group (a ceiling child's, named by
+	// the parent); else a fresh name.
+	group string
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -1077,7 +1123,10 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	P, W := s.pt.wc.Partitions, s.pt.workers
 	d := &design{prog: newProgress(s.ends), ev: &events{}, ready: make(chan struct{})}
 	ready := d.readyAfter(P)
-	group := c.name("group")
+	group := s.group
+	if group == "" {
+		group = c.name("group")
+	}
 	base := c.Config()
 	switch s.kind {
 	case kindRaw:

@@ -20,13 +20,22 @@ func designLabel(d *DesignResult) string {
 	case kindDesign6:
 		return fmt.Sprintf("DESIGN §6 micro-batch (batch %d)", d.BatchSize)
 	case kindRaw:
-		return "raw consumer"
+		return "raw consumer" + ownProcess(d)
 	case kindNoop:
-		return "one-stage no-op chain"
+		return "one-stage no-op chain" + ownProcess(d)
 	case kindPolling:
 		return "chain, polling fallback"
 	}
 	return d.Design
+}
+
+// ownProcess marks a run made in a child process of its own: its CPU and
+// heap are that process's.
+func ownProcess(d *DesignResult) string {
+	if d.OwnProcess {
+		return " (own process: its cpu, its heap)"
+	}
+	return ""
 }
 
 // WriteTable prints the report as text tables.
@@ -198,6 +207,19 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	}
 	if wr.RatioNoopRaw != nil {
 		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
+		switch wr.CeilingMethod {
+		case CeilingChildProcess:
+			b.WriteString("    each pass in a fresh child process, with only its own heap (as a deployed consumer); those rows' cpu s and heap MB are the child's, the broker's not in them\n")
+		case CeilingInProcess:
+			b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
+		}
+	}
+	if wr.RatioNoopRawInProcess != nil {
+		fmt.Fprintf(b, "    the same pairs in the harness process, right after each (not the figure): %.2f (pairs:%s)", *wr.RatioNoopRawInProcess, pairList(wr.NoopRawPairsInProcess))
+		if r, n := wr.RawInProcess, wr.NoopChainInProcess; r != nil && n != nil {
+			fmt.Fprintf(b, "; medians %.0f and %.0f rec/s, cpu %.2fs and %.2fs with the broker's", r.ThroughputRPS, n.ThroughputRPS, r.CPUs, n.CPUs)
+		}
+		b.WriteString("\n")
 	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
