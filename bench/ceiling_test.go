@@ -91,6 +91,10 @@ func TestCeilingsInChildProcesses(t *testing.T) {
 	require.Equal(t, 3_000, wr.CeilingRecords)
 	require.Len(t, wr.NoopRawPairs, ceilingPairs)
 	require.Len(t, wr.NoopRawPairsInProcess, ceilingPairs)
+	wr.ratios()
+	require.Len(t, wr.NoopRawBalanced, ceilingPairs/2)
+	require.Equal(t, medianOf(wr.NoopRawBalanced), wr.RatioNoopRaw)
+	require.Len(t, wr.NoopRawBalancedInProcess, ceilingPairs/2)
 	for _, r := range []*DesignResult{wr.Raw, wr.NoopChain} {
 		require.NotNil(t, r)
 		require.True(t, r.OwnProcess, r.Design)

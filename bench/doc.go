@@ -62,8 +62,10 @@
 // B also measures the ceilings: a plain sarama consumer group reading every
 // partition and doing nothing ("raw"), the one-stage no-op chain (a cheap
 // decoder, no store, no producer), on one input of 300,000 records (or
-// the whole stream if shorter; five pairs run back to back, the order
-// alternating, the ratio the median of the pairs'; they keep no state, so
+// the whole stream if shorter; ten pairs run back to back, the order
+// alternating, the ratio the median of the balanced ratios, each the
+// geometric mean of two consecutive pairs', one of either order, which
+// cancels an advantage of a pair's first or second pass; they keep no state, so
 // the steady-state rule below is for the designs). With
 // Options.CeilingCommand (the CLI sets it) each pass runs in a fresh child
 // process (ceiling.go: ServeCeiling reads a CeilingSpec on stdin and writes
@@ -73,7 +75,7 @@
 // (stream, reference model, embedded broker) — a GC cycle of it fell in
 // nearly every pass, its marking taking CPU and turning on the write
 // barriers the chain's copies pay — which a deployed consumer does not
-// hold. Each pair is then also run in Run's process, reported beside it
+// hold. The same pairs then also run in Run's process, reported beside them
 // (WorkloadResult.CeilingMethod, NoopRawPairsInProcess); the children's CPU
 // and heap are their own (DesignResult.OwnProcess). A child still running
 // after Timeout (plus a grace) or when the context ends is killed (on

@@ -478,9 +478,10 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 //
 // With Options.CeilingCommand every pass runs in a fresh child process
 // (measureChild: the design's own heap only, as a deployed consumer), and
-// each pair is followed by the same pair in this process, reported beside
-// it for comparison (WorkloadResult.NoopRawPairsInProcess); without it the
-// passes run in this process only.
+// then the same pairs run in this process, reported beside them for
+// comparison (WorkloadResult.NoopRawPairsInProcess); without it the passes
+// run in this process only. The figure is the median of the balanced
+// ratios (balancedRatios), not of the pairs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
 	switch {
@@ -511,16 +512,19 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		wr.CeilingMethod = CeilingChildProcess
 		methods = append([]*method{{measure: h.measureChild, runs: map[kind][]*DesignResult{}}}, methods...)
 	}
-	for i := range ceilingPairs {
-		// Each pair runs back to back, the order alternating, so a pair
-		// shares the machine's state of the moment (a neighbour's load)
-		// and neither kind always goes first.
-		order := []kind{kindRaw, kindNoop}
-		if i%2 == 1 {
-			order = []kind{kindNoop, kindRaw}
-		}
-		var cpu *float64 // the children's pair: no-op ÷ raw CPU seconds (their own)
-		for j, m := range methods {
+	// Every method's pairs in a block of their own: a child pass right
+	// after a pass in this process ran slower (its garbage still being
+	// swept and scavenged here, on the same two cores).
+	for j, m := range methods {
+		for i := range ceilingPairs {
+			// Each pair runs back to back, the order alternating, so a
+			// pair shares the machine's state of the moment (a
+			// neighbour's load) and each order runs as often
+			// (balancedRatios).
+			order := []kind{kindRaw, kindNoop}
+			if i%2 == 1 {
+				order = []kind{kindNoop, kindRaw}
+			}
 			pair := map[kind]*DesignResult{}
 			for _, k := range order {
 				r, err := m.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
@@ -531,16 +535,21 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 				m.runs[k] = append(m.runs[k], r)
 				pair[k] = r
 			}
-			if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
+			q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS)
+			if q != nil {
 				m.pairs = append(m.pairs, *q)
 			}
-			if j == 0 && len(methods) > 1 {
-				cpu = ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
+			if q != nil && len(methods) > 1 {
+				where := "in child processes"
+				if j > 0 {
+					where = "in the harness process"
+				}
+				cpu := ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
+				if cpu == nil {
+					cpu = new(float64)
+				}
+				h.progressf("  pair %d %s: no-op ÷ raw %.2f (CPU seconds: no-op ÷ raw %.2f)", i+1, where, *q, *cpu)
 			}
-		}
-		if len(methods) > 1 && len(methods[0].pairs) == i+1 && len(methods[1].pairs) == i+1 && cpu != nil {
-			h.progressf("  pair %d: no-op ÷ raw %.2f in child processes (their CPU seconds: no-op ÷ raw %.2f), %.2f in the harness process",
-				i+1, methods[0].pairs[i], *cpu, methods[1].pairs[i])
 		}
 	}
 	m := methods[0]
@@ -563,12 +572,14 @@ const (
 )
 
 // ceilingPairs is how many raw/no-op pairs the ceiling measurement runs.
-// Each run reads the input in about a third of a second, so one run that
+// Each pass reads the input in about a third of a second, so one pass that
 // meets a neighbour's burst (or, in the harness process, a GC cycle of its
-// heap) moves a ratio of medians by 0.2 (0.71–0.95 in three runs of a
-// quiet machine with three pairs); the median of five paired ratios is the
-// figure reported.
-const ceilingPairs = 5
+// heap) moves a pair's ratio by 0.2 or more: six quiet runs of five pairs in
+// child processes read medians of 0.87–1.09 (pairs 0.77–1.43). The median
+// of the balanced ratios of ten pairs is the figure reported (a pair of child passes
+// costs about 1.2 s, one in the harness process about 1.5 s). Even, so that
+// each order runs as often (balancedRatios): five balanced ratios.
+const ceilingPairs = 10
 
 // shortestFrom is the shortest input produced so far at the point with at
 // least n records (0: none).

@@ -206,7 +206,12 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		fmt.Fprintf(b, " %s ÷ it %.2f×\n", designLabel(wr.Chain), wr.Chain.ThroughputRPS/v.ThroughputRPS)
 	}
 	if wr.RatioNoopRaw != nil {
-		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
+		if len(wr.NoopRawBalanced) > 0 {
+			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d balanced ratios:%s — each the geometric mean of two pairs run in opposite orders; the pairs:%s)\n",
+				*wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawBalanced), pairList(wr.NoopRawBalanced), pairList(wr.NoopRawPairs))
+		} else {
+			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
+		}
 		switch wr.CeilingMethod {
 		case CeilingChildProcess:
 			b.WriteString("    each pass in a fresh child process, with only its own heap (as a deployed consumer); those rows' cpu s and heap MB are the child's, the broker's not in them\n")
@@ -215,7 +220,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		}
 	}
 	if wr.RatioNoopRawInProcess != nil {
-		fmt.Fprintf(b, "    the same pairs in the harness process, right after each (not the figure): %.2f (pairs:%s)", *wr.RatioNoopRawInProcess, pairList(wr.NoopRawPairsInProcess))
+		fmt.Fprintf(b, "    the same pairs in the harness process, after the children's (not the figure): %.2f (balanced:%s; pairs:%s)", *wr.RatioNoopRawInProcess, pairList(wr.NoopRawBalancedInProcess), pairList(wr.NoopRawPairsInProcess))
 		if r, n := wr.RawInProcess, wr.NoopChainInProcess; r != nil && n != nil {
 			fmt.Fprintf(b, "; medians %.0f and %.0f rec/s, cpu %.2fs and %.2fs with the broker's", r.ThroughputRPS, n.ThroughputRPS, r.CPUs, n.CPUs)
 		}

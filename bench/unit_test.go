@@ -382,3 +382,38 @@ func TestChainTimesExplain(t *testing.T) {
 		t.Fatal("a chain not seen explains nothing")
 	}
 }
+
+// The ceiling's figure cancels an order effect: pairs alternate raw-first
+// and no-op-first, and when the second pass of a pair is faster whatever
+// its kind, the pairs swing around the true ratio; the median of the pairs
+// themselves (five of one order, four of the other) would then read the
+// majority order's side, the median of the balanced ratios does not.
+func TestCeilingRatioCancelsTheOrderEffect(t *testing.T) {
+	const truth, second = 0.9, 1.3 // the second pass of a pair is 1.3× faster
+	var pairs []float64
+	for i := range ceilingPairs {
+		if i%2 == 0 { // raw first: no-op second
+			pairs = append(pairs, truth*second)
+		} else {
+			pairs = append(pairs, truth/second)
+		}
+	}
+	balanced, r := ceilingRatio(pairs)
+	require.Len(t, balanced, ceilingPairs/2)
+	require.InDelta(t, truth, *r, 1e-9)
+	for _, b := range balanced {
+		require.InDelta(t, truth, b, 1e-9)
+	}
+	// Nine pairs: the last, raw-first, is left out of the balanced ratios.
+	balanced, r = ceilingRatio(pairs[:9])
+	require.Len(t, balanced, 4)
+	require.InDelta(t, truth, *r, 1e-9)
+	// One pair: its own ratio.
+	balanced, r = ceilingRatio(pairs[:1])
+	require.Nil(t, balanced)
+	require.InDelta(t, truth*second, *r, 1e-9)
+	_, r = ceilingRatio(nil)
+	require.Nil(t, r)
+	// The median of an even count is the mean of the middle two.
+	require.InDelta(t, 2.5, *medianOf([]float64{4, 1, 3, 2}), 1e-9)
+}

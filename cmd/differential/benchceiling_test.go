@@ -68,10 +68,10 @@ func TestBenchBinaryRunsCeilingsInChildProcesses(t *testing.T) {
 		require.NoError(t, json.Unmarshal(w[k], &r), k)
 		require.Positive(t, r, k)
 	}
-	for _, k := range []string{"noop_raw_pairs", "noop_raw_pairs_in_process"} {
-		var pairs []float64
-		require.NoError(t, json.Unmarshal(w[k], &pairs), k)
-		require.Len(t, pairs, 5, k)
+	for k, n := range map[string]int{"noop_raw_pairs": 10, "noop_raw_pairs_in_process": 10, "noop_raw_balanced": 5, "noop_raw_balanced_in_process": 5} {
+		var q []float64
+		require.NoError(t, json.Unmarshal(w[k], &q), k)
+		require.Len(t, q, n, k)
 	}
 	for k, own := range map[string]bool{"raw": true, "noop_chain": true, "raw_in_process": false, "noop_chain_in_process": false} {
 		var d struct {
