@@ -220,3 +220,30 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.InDelta(t, 2.2, tg.Got, 1e-9)
 	require.False(t, tg.Met)
 }
+
+// The #13 throughput target against DESIGN §6 names the most any engine
+// obeying the rules could show against that run: the rules' bound under
+// the chain's gate scope on the chain's input ÷ DESIGN §6's measured rate.
+func TestDesign6ThroughputTargetNamesTheRulesBound(t *testing.T) {
+	eff := 0.94
+	w := WorkloadResult{Workload: "A", Gate: string(chain.GateKey),
+		Chain:     &DesignResult{Design: string(kindChain), ThroughputRPS: 6000, EfficiencyOwn: &eff},
+		Design6:   &DesignResult{ThroughputRPS: 400},
+		VsDesign6: &Comparison{Throughput: 15},
+		Limit:     &Limit{KeyOrderRPS: 6400, ChainOrderRPS: 6000}}
+	find := func() *Target {
+		for _, x := range targets([]WorkloadResult{w}) {
+			if strings.HasPrefix(x.Name, "A: chain ÷ DESIGN §6 micro-batch throughput [#13]") {
+				return &x
+			}
+		}
+		return nil
+	}
+	tg := find()
+	require.NotNil(t, tg)
+	require.Equal(t, "at most 16.00× for any engine obeying the rules: their bound (key gate) on the chain's input ÷ this DESIGN §6 run; the chain at 0.94 of it", tg.Note)
+	w.Gate = string(chain.GatePartition)
+	require.Equal(t, "at most 15.00× for any engine obeying the rules: their bound (partition gate) on the chain's input ÷ this DESIGN §6 run; the chain at 0.94 of it", find().Note)
+	w.Limit = nil
+	require.Empty(t, find().Note)
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/differential-dev/differential/chain"
 )
 
 // Report is what Run measured.
@@ -491,6 +493,19 @@ func targets(ws []WorkloadResult) []Target {
 			add("A: strongest micro-batch ÷ chain p99 latency [#18] ≥", 3, sP99, true)
 			add("A: chain ÷ DESIGN §6 micro-batch throughput [#18] ≥", 10, dTP, steady)
 			add("A: chain ÷ DESIGN §6 micro-batch throughput [#13] ≥", 15, dTP, steady)
+			if l, d := w.Limit, w.Design6; l != nil && d != nil && dTP != nil && d.ThroughputRPS > 0 && len(ts) > 0 && ts[len(ts)-1].Got == *dTP {
+				// No engine obeying the chain's rules runs faster than their
+				// bound on the chain's input: this is the most any of them
+				// could show against this DESIGN §6 run.
+				bound, scope := l.KeyOrderRPS, "key"
+				if w.Gate == string(chain.GatePartition) {
+					bound, scope = l.ChainOrderRPS, "partition"
+				}
+				if bound > 0 {
+					ts[len(ts)-1].Note = fmt.Sprintf("at most %.2f× for any engine obeying the rules: their bound (%s gate) on the chain's input ÷ this DESIGN §6 run; the chain at %s of it",
+						bound/d.ThroughputRPS, scope, optf(w.Chain.EfficiencyOwn, "%.2f"))
+				}
+			}
 			n0 := len(ts)
 			add("A: DESIGN §6 micro-batch ÷ chain p99 latency [#13] ≥", 5, dP99, true)
 			if c := w.VsDesign6; len(ts) > n0 && c != nil && c.Base != nil && c.Base.P99ms != nil && c.RulesFloorP99ms != nil && *c.RulesFloorP99ms > 0 {

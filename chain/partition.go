@@ -467,7 +467,7 @@ func (p *partitionRun) pace(ctx context.Context, cursor int64) {
 // its followers. Without the limit the fetcher filled the whole buffer
 // ahead of a first stage that was slower than it (the no-op chain's, for
 // one), so every record was read long after it was written, out of the
-// cache (README "Why the misses").
+// cache (README, "No-op chain vs raw consumer").
 func readAhead(cfg *config) int {
 	return min(cfg.bufferSize, readAheadBatches*cfg.batchSize)
 }
