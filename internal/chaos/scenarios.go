@@ -33,11 +33,15 @@ func Scenarios() []Scenario {
 // once the engine has recovered on the new leader, the node is restarted.
 func inputLeaderKill(ctx context.Context, r *Run) error {
 	c := r.Cluster()
-	n, err := c.Leader(ctx, r.Input, r.Busiest)
+	p, n, err := leaderNotCoordinator(ctx, r, r.Input, r.Busiest)
 	if err != nil {
 		return err
 	}
-	if err := r.Fault(fmt.Sprintf("SIGKILL node %d (leads input partition %d, the busiest)", n, r.Busiest),
+	what := "the busiest"
+	if p != r.Busiest {
+		what = fmt.Sprintf("the busiest, %d, is led by the group coordinator", r.Busiest)
+	}
+	if err := r.Fault(fmt.Sprintf("SIGKILL node %d (leads input partition %d; %s)", n, p, what),
 		func() error { return c.Kill(ctx, n) }); err != nil {
 		return err
 	}
@@ -100,11 +104,11 @@ func outputLeaderKill(ctx context.Context, r *Run) error {
 	if err := r.AwaitOutputs(ctx, 200); err != nil {
 		return err
 	}
-	p, err := r.BusiestOutput()
+	busiest, err := r.BusiestOutput()
 	if err != nil {
 		return err
 	}
-	n, err := c.Leader(ctx, r.Output, p)
+	p, n, err := leaderNotCoordinator(ctx, r, r.Output, busiest)
 	if err != nil {
 		return err
 	}
@@ -158,4 +162,34 @@ func restartAndRecover(ctx context.Context, r *Run, n int) error {
 		return err
 	}
 	return r.AwaitRecovery(ctx)
+}
+
+// leaderNotCoordinator returns partition prefer of topic and its leader —
+// or, when that node also coordinates the group, the first partition whose
+// leader does not (prefer's when every leader does). A leader kill is meant
+// to stall the engine's partitions until a new leader takes over, which
+// /healthz must report (ExpectStall); killing the coordinator's node too
+// ends the group session at once instead (connections refused: the engine
+// releases its partitions and rejoins), a different fault, which is
+// brokerAndEngineKill's and coordinatorPause's to cover.
+func leaderNotCoordinator(ctx context.Context, r *Run, topic string, prefer int32) (partition int32, node int, err error) {
+	c := r.Cluster()
+	coord, err := c.Coordinator(ctx, r.Group)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := c.Leader(ctx, topic, prefer)
+	if err != nil || n != coord {
+		return prefer, n, err
+	}
+	for p := range r.Partitions {
+		m, err := c.Leader(ctx, topic, p)
+		if err != nil {
+			return 0, 0, err
+		}
+		if m != coord {
+			return p, m, nil
+		}
+	}
+	return prefer, n, nil
 }
