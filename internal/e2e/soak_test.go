@@ -265,21 +265,33 @@ func TestSoakKeyGateFleet(t *testing.T) {
 	f.verify(t)
 }
 
+// newOldBinarySoak is the set-up of the soak tests that mix the binary
+// before dfl3 (DIFFERENTIAL_OLD_BIN) with this one: skipped unless both
+// are given; a 12-partition fleet of 24,000 records whose members run the
+// old binary (oldBin), the input cut into slices slices (slice(i)), and
+// this binary built (newBin).
+func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []workload.Record, oldBin, newBin string, done func()) {
+	t.Helper()
+	old := os.Getenv("DIFFERENTIAL_OLD_BIN")
+	if os.Getenv(envSoak) != "1" || old == "" {
+		t.Skip("set " + envSoak + "=1 and DIFFERENTIAL_OLD_BIN=<differential built from ae0c1f7>")
+	}
+	const partitions, records = 12, 24_000
+	newBin = buildCLI(t)
+	f, recs, done := newSoakFleet(t, partitions, records, old)
+	slice = func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
+	return f, slice, old, newBin, done
+}
+
 // TestSoakUpgradeDowngrade runs one member on one state directory: the
 // binary before dfl3 (DIFFERENTIAL_OLD_BIN), then this one (upgrade), then
 // — after this one stopped with offsets completed above a position in the
 // commit metadata — the old one again (downgrade), and checks every
 // output against the model.
 func TestSoakUpgradeDowngrade(t *testing.T) {
-	old := os.Getenv("DIFFERENTIAL_OLD_BIN")
-	if os.Getenv(envSoak) != "1" || old == "" {
-		t.Skip("set " + envSoak + "=1 and DIFFERENTIAL_OLD_BIN=<differential built from ae0c1f7>")
-	}
-	const partitions, records, slices = 12, 24_000, 12
-	newBin := buildCLI(t)
-	f, recs, done := newSoakFleet(t, partitions, records, old)
+	const slices = 12
+	f, slice, old, newBin, done := newOldBinarySoak(t, slices)
 	defer done()
-	slice := func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
 	const margin = 400
 
 	f.produce(t, slice(0))
@@ -365,15 +377,9 @@ func TestSoakUpgradeDowngrade(t *testing.T) {
 // of the binary before dfl3 (DIFFERENTIAL_OLD_BIN) run, one of this binary
 // joins, then leaves cleanly: its partitions go back to old members.
 func TestSoakMixedFleet(t *testing.T) {
-	old := os.Getenv("DIFFERENTIAL_OLD_BIN")
-	if os.Getenv(envSoak) != "1" || old == "" {
-		t.Skip("set " + envSoak + "=1 and DIFFERENTIAL_OLD_BIN=<differential built from ae0c1f7>")
-	}
-	const partitions, records, slices = 12, 24_000, 8
-	newBin := buildCLI(t)
-	f, recs, done := newSoakFleet(t, partitions, records, old)
+	const slices = 8
+	f, slice, _, newBin, done := newOldBinarySoak(t, slices)
 	defer done()
-	slice := func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
 	const margin = 400
 
 	f.produce(t, slice(0))
