@@ -241,3 +241,59 @@ func TestExactlyOnceUnknownCommitOutcomeFailsThePartition(t *testing.T) {
 		}
 	}
 }
+
+// The unknown outcome fails only the partitions whose offsets the
+// transaction held: a partition with nothing new in the cycle is at its
+// committed positions whichever way the transaction ended, and goes on —
+// it keeps processing and committing while the other has failed. After
+// the restart, read_committed readers see every output and dead letter of
+// both partitions once.
+func TestExactlyOnceUnknownCommitOutcomeSparesUnchangedPartitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shutdown = time.Second
+		tt, x, _ := eosTester(t, resolveStages(chain.GateKey, new(callCounter)), chain.WithShutdownTimeout(shutdown))
+		tt.Start(0, 1)
+		for p := range int32(2) {
+			tt.Feed(p, resolveRecords(0, 60)...)
+			tt.WaitCommitted(p, 60)
+		}
+		x.LoseCommitResults(1)
+		x.FailResolve(1)
+		tt.Append(0, resolveRecords(60, 60)...)
+		time.Sleep(3 * shutdown)
+		synctest.Wait()
+		st := tt.Stats()
+		require.Len(t, st, 1, "one partition failed and ended")
+		require.Equal(t, int32(1), st[0].Partition, "the partition the transaction committed offsets for failed; the other runs")
+		// (WaitCommitted fails the test once a partition failed.)
+		tt.Append(1, resolveRecords(60, 40)...)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cs := tt.Commits(1)
+		require.Equal(t, int64(100), cs[len(cs)-1].Offset, "the other partition went on committing")
+		require.ErrorIs(t, tt.Stop(), chain.ErrTxnOutcomeUnknown)
+
+		tt.Start(0, 1)
+		tt.Append(0, resolveRecords(120, 30)...)
+		tt.WaitIdle()
+		tt.WaitCommitted(0, 150)
+		require.NoError(t, tt.Stop())
+		want, dead := map[string]int{}, map[string]int{}
+		for p := range int32(2) {
+			var valid []chain.Record
+			for _, r := range tt.Log(p).Records() {
+				if _, err := testDecoder.Decode(&r); err == nil {
+					valid = append(valid, r)
+				}
+			}
+			for k, n := range hotModel(valid) {
+				want[k] += n
+			}
+			for k, n := range deadLetterModel(tt.Log(p).Records()) {
+				dead[k] += n
+			}
+		}
+		require.Equal(t, want, visible(tt), "every output of both partitions exactly once")
+		require.Equal(t, dead, visibleDeadLetters(tt), "every dead letter of both partitions exactly once")
+	})
+}
