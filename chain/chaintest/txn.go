@@ -139,6 +139,8 @@ func (x *Transactor) BeforeCommit(fn func()) {
 // the transactor's lock); nil removes it. The chain aborts twice per
 // aborted cycle, the second time once every partition's stages have
 // stopped and before any restarts at its committed positions.
+// ResolveCommit's own abort of a transaction left open by a failed Commit
+// does not call it.
 func (x *Transactor) BeforeAbort(fn func()) {
 	x.mu.Lock()
 	x.mu.beforeAbort = fn
