@@ -107,7 +107,12 @@
 //     persisted only after the transaction committed. A failed or fenced
 //     transaction is aborted and every partition restarts at its last
 //     committed positions with its store overlay dropped (txn.go,
-//     txnpartition.go); a revoke or stop returns after the partition's
+//     txnpartition.go). A Commit that failed may have committed (EndTxn's
+//     response lost): a Transactor that implements CommitResolver is asked
+//     first — committed, the cycle stands; not committed, it is aborted;
+//     unknown, the partitions whose offsets it held fail without a rewind
+//     (ErrTxnOutcomeUnknown) and restart from what the brokers hold. A
+//     revoke or stop returns after the partition's
 //     final transaction committed or was aborted (ErrTxnAborted). Both
 //     gate scopes: the records waiting in a key-scoped gate are begun and
 //     wait only for records their leader has begun, and a paused stage

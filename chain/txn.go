@@ -43,13 +43,47 @@ type Transactor interface {
 	// partition's Committer, through which the adapter names the group
 	// member (KIP-447: the coordinator refuses a member of an older
 	// generation, so a zombie cannot commit) — and commits it. With nothing
-	// produced and no offsets it does nothing. On error nothing of the
-	// transaction may have become visible, and the chain calls Abort.
+	// produced and no offsets it does nothing. An error may come after the
+	// transaction coordinator decided to commit (EndTxn's response lost):
+	// the transaction then commits all the same. A Transactor that can
+	// learn the outcome implements CommitResolver, which the chain asks
+	// before it treats a failed Commit as an abort; without it the chain
+	// calls Abort and rewinds, which repeats the cycle's outputs in that
+	// case.
 	Commit(ctx context.Context, offsets []TxnOffset) error
 	// Abort aborts the open transaction, if any, and makes the Transactor
 	// ready for the next one (after a fencing: a new producer session). Its
 	// error is logged; the chain restarts the partitions either way.
 	Abort(ctx context.Context) error
+}
+
+// CommitResolver is what a Transactor implements to learn the outcome of a
+// transaction whose Commit failed. EndTxn can fail after the transaction
+// coordinator wrote its commit decision (the connection lost on the
+// response): the transaction then commits, and a chain that rewound its
+// partitions to the previous cycle would write the cycle's outputs again.
+// After a Commit with offsets fails, the chain calls ResolveCommit with the
+// same offsets, before it drops anything the cycle prepared (DESIGN.md
+// "Exactly-once mode": a failed commit).
+//
+// ResolveCommit first makes sure the transaction is no longer pending —
+// aborted or completed: an abort, or a new producer session, whose
+// initialisation completes or aborts what the previous one left open — and
+// then reads the committed offsets of the offsets' partitions, read_committed
+// (it waits while a transaction's offsets are pending, RequireStable). It
+// reports true when every offset, with its metadata, is its partition's
+// committed one (the transaction committed), false when none is (it did
+// not), and an error when it cannot tell: the read keeps failing until ctx
+// ends, or some partitions hold the cycle's offsets and others do not (or
+// another member's). It leaves no transaction open: the next Produce or
+// AppendChangelog opens the next one.
+//
+// The chain then takes the cycle as committed (no rewind), aborts it as
+// any failed cycle, or — unknown — fails the partitions whose offsets the
+// transaction held without rewinding them: they restart from what the
+// brokers hold (ErrTxnOutcomeUnknown).
+type CommitResolver interface {
+	ResolveCommit(ctx context.Context, offsets []TxnOffset) (committed bool, err error)
 }
 
 // TxnOffset is one partition's consumed offset and commit metadata in a
@@ -72,6 +106,18 @@ var ErrTransaction = errors.New("chain: the transaction failed")
 // committed, and none of its outputs since then is visible to
 // read_committed readers; the next owner resumes at the last commit.
 var ErrTxnAborted = errors.New("chain: the transaction holding the partition's final checkpoint was aborted")
+
+// ErrTxnOutcomeUnknown is the error of a partition whose cycle's Commit
+// failed and whose transaction's outcome the Transactor could not learn
+// (CommitResolver): the transaction may have committed the cycle or not, so
+// neither the cycle's positions nor the previous ones are known to be the
+// committed ones, and the partition fails without committing anything more.
+// Its next start (a new owner, or this process restarted by its supervisor:
+// kafka.Run returns the error) resumes from the brokers' committed offsets,
+// read with RequireStable, and restores the state from the changelog,
+// read_committed — whichever way the transaction ended, nothing is
+// repeated or lost.
+var ErrTxnOutcomeUnknown = errors.New("chain: the commit of the transaction failed and its outcome is unknown")
 
 // Default bounds of an open transaction (WithTransactionLimits).
 const (
@@ -267,6 +313,9 @@ type cyclePart struct {
 	// with nothing committed since its last cycle.
 	leave bool
 	prep  *txnPrepared
+	// err is the cycle's outcome for the partition: nil when its
+	// checkpoint committed.
+	err error
 }
 
 // cycle runs one commit cycle; false when no partition is registered any
@@ -324,13 +373,38 @@ func (tc *txnCoordinator) cycle() bool {
 				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
 		}
 	}
+	unknown := false
 	if err == nil {
 		if err = tc.tx.Commit(ctx, offsets); err != nil {
 			err = fmt.Errorf("commit the transaction: %w", err)
+			// The transaction may have committed all the same (EndTxn's
+			// response lost): learn its outcome before anything of the
+			// cycle is dropped.
+			if r, ok := tc.tx.(CommitResolver); ok && len(offsets) > 0 {
+				switch committed, rerr := tc.resolve(r, offsets); {
+				case rerr != nil:
+					unknown = true
+					err = fmt.Errorf("%w: %w; learning its outcome: %w", ErrTxnOutcomeUnknown, err, rerr)
+				case committed:
+					tc.log.Warn("the transaction's commit was reported failed, but the transaction committed (every partition's committed offset and metadata are the cycle's): the cycle is committed, nothing is rewound",
+						"err", err, "partitions", len(offsets))
+					err = nil
+				default:
+					tc.log.Info("the failed commit did not commit the transaction (no partition's committed offset is the cycle's): aborting the cycle", "partitions", len(offsets))
+				}
+			}
 		}
 	}
-	if err != nil {
+	switch {
+	case unknown:
+		tc.unknown(ctx, parts, err)
+	case err != nil:
 		tc.abort(ctx, parts, err)
+		fallthrough
+	default:
+		for _, cp := range parts {
+			cp.err = err
+		}
 	}
 
 	tc.mu.Lock()
@@ -360,24 +434,23 @@ func (tc *txnCoordinator) cycle() bool {
 	}
 	tc.mu.Unlock()
 
-	if err == nil {
-		// After CommitTxn, with the stages running again: the prepared
-		// checkpoints hold their partitions' checkpoint locks, and the
-		// stages read the committed writes from the overlays until the
-		// store has them (DESIGN "Exactly-once mode": a crash in between
-		// leaves the store behind the commit, and the restore catches it up
-		// from the changelog).
-		for _, cp := range parts {
-			if cp.prep != nil {
-				cp.prep.persist()
-			}
+	// After CommitTxn, with the stages running again: the prepared
+	// checkpoints hold their partitions' checkpoint locks, and the stages
+	// read the committed writes from the overlays until the store has them
+	// (DESIGN "Exactly-once mode": a crash in between leaves the store
+	// behind the commit, and the restore catches it up from the changelog).
+	// An aborted cycle has released them all; one of unknown outcome those
+	// of the partitions it failed.
+	for _, cp := range parts {
+		if cp.err == nil && cp.prep != nil {
+			cp.prep.persist()
 		}
 	}
 	// A leaving partition's final wait ends after its store checkpoint was
 	// written: the process may close the store once every partition
 	// returned.
 	for _, cp := range leaving {
-		cp.p.eos.part.result <- err
+		cp.p.eos.part.result <- cp.err
 	}
 	if err != nil && aborts > 1 && more {
 		// A failure that repeats: do not spin.
@@ -454,6 +527,49 @@ func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause e
 		if aborts >= maxConsecutiveAborts {
 			cp.p.fail(fmt.Errorf("exactly-once: %d transactions in a row aborted, the last: %w", aborts, cause))
 		}
+	}
+}
+
+// resolve asks r for the outcome of the transaction whose Commit of offsets
+// failed, within a shutdown timeout of its own (the cycle's may be spent).
+func (tc *txnCoordinator) resolve(r CommitResolver, offsets []TxnOffset) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
+	defer cancel()
+	return r.ResolveCommit(ctx, offsets)
+}
+
+// unknown ends a cycle whose Commit failed and whose transaction's outcome
+// the Transactor could not learn. A partition whose offset the transaction
+// held is at the cycle's positions in memory, and the committed ones are
+// either those or the previous cycle's: a rewind would repeat the cycle's
+// outputs if the transaction committed, going on would lose them if it did
+// not. So it is neither: its prepared checkpoint is released (the store
+// keeps the previous cycle's state; the overlay is dropped when the
+// partition closes), and it leaves the cycles and fails, committing nothing
+// more — its next start resumes from the brokers' committed offsets and the
+// changelog (ErrTxnOutcomeUnknown). A partition whose offset the
+// transaction did not hold (nothing of it changed since its last commit)
+// is at its committed positions either way: it goes on.
+func (tc *txnCoordinator) unknown(ctx context.Context, parts []*cyclePart, cause error) {
+	tc.log.Error("the transaction's commit failed and its outcome is unknown: the partitions it committed offsets for fail without rewinding, and restart from the brokers' committed offsets and the changelog",
+		"err", cause)
+	var failed []*cyclePart
+	for _, cp := range parts {
+		if cp.prep == nil || !cp.prep.changed {
+			continue
+		}
+		cp.prep.abort()
+		cp.prep = nil
+		cp.err, cp.leave = cause, true
+		failed = append(failed, cp)
+	}
+	// Whatever is still open (the resolver could not settle it) must not
+	// commit with the next cycle's offsets.
+	if err := tc.tx.Abort(ctx); err != nil {
+		tc.log.Warn("aborting the transaction of unknown outcome failed; the transaction coordinator ends it at its timeout", "err", err)
+	}
+	for _, cp := range failed {
+		cp.p.fail(cause)
 	}
 }
 

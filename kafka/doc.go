@@ -74,7 +74,11 @@
 //     each partition in the name of the group member that owns it (a
 //     member of an older generation is refused). A fenced or failed
 //     producer is replaced by a new session (InitProducerId aborts what
-//     the old one left open). With it, Run reads read_committed and fetches
+//     the old one left open). After a failed commit, ResolveCommit
+//     (chain.CommitResolver) settles the transaction and compares the
+//     committed offsets, fetched with RequireStable, with the cycle's: the
+//     commit may have taken effect although EndTxn's response was lost.
+//     With it, Run reads read_committed and fetches
 //     committed offsets with RequireStable, and the changelog is always
 //     read read_committed.
 //

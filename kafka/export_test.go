@@ -1,6 +1,12 @@
 package kafka
 
-import "time"
+import (
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/chain"
+)
 
 // SetGrowMetadataWait shortens how long growTo waits for a partition the
 // input does not list, for tests that ask for one on purpose; it returns
@@ -9,4 +15,23 @@ func SetGrowMetadataWait(d time.Duration) (restore func()) {
 	old := growMetadataWait
 	growMetadataWait = d
 	return func() { growMetadataWait = old }
+}
+
+// SetCommitFaults makes t's Commit fail: with before's error just before
+// sarama's CommitTxn (the transaction is still open: nothing committed), or
+// with after's once CommitTxn succeeded (the transaction committed, as when
+// EndTxn's response is lost). A nil function, or one returning nil, injects
+// nothing.
+func SetCommitFaults(t *Transactor, before, after func() error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.faults.before, t.faults.after = before, after
+}
+
+// NewTestCommitter is the chain.Committer of topic/partition for group on
+// client, as Run hands to its partitions, without a group member
+// (generation -1: brokers accept it for a group with no members): for
+// Transactor tests that commit offsets without a Run.
+func NewTestCommitter(client sarama.Client, group, topic string, partition int32) chain.Committer {
+	return &partitionCommitter{o: newOffsets(client, group), topic: topic, partition: partition}
 }

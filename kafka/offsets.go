@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,24 +117,57 @@ func (o *offsets) commit(ctx context.Context, m member, topic string, partition 
 	return nil
 }
 
+// errStableVersion: RequireStable (KIP-447) needs OffsetFetch v7.
+var errStableVersion = errors.New("kafka: fetching stable offsets (RequireStable) needs protocol version 2.5 or later")
+
 // committed is a partition's committed offset (-1: none) and its metadata.
 type committed struct {
 	offset   int64
 	metadata string
 }
 
-// fetch returns the committed offsets and metadata of the partitions.
+// fetch returns the committed offsets and metadata of the partitions; with
+// RequireStable when the client reads read_committed (and speaks 2.5).
 func (o *offsets) fetch(ctx context.Context, topic string, partitions []int32) (map[int32]committed, error) {
+	return o.fetchOffsets(ctx, topic, partitions, false)
+}
+
+// fetchStable is fetch with RequireStable whatever the client's isolation
+// level, retried (UNSTABLE_OFFSET_COMMIT while a transaction's offsets are
+// pending, a moving coordinator, a lost connection) with a growing pause
+// until it succeeds, fails for good or ctx ends.
+func (o *offsets) fetchStable(ctx context.Context, topic string, partitions []int32) (map[int32]committed, error) {
+	for attempt := 0; ; attempt++ {
+		out, err := o.fetchOffsets(ctx, topic, partitions, true)
+		if err == nil || errors.Is(err, errStableVersion) || !retriable(err) || ctx.Err() != nil {
+			return out, err
+		}
+		t := time.NewTimer(min(o.backoff<<min(attempt, 6), time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// fetchOffsets is fetch; stable: with RequireStable whatever the isolation
+// level (an error when the client's protocol version has no RequireStable).
+func (o *offsets) fetchOffsets(ctx context.Context, topic string, partitions []int32, stable bool) (map[int32]committed, error) {
 	out := make(map[int32]committed, len(partitions))
 	if len(partitions) == 0 {
 		return out, nil
+	}
+	if stable && !o.client.Config().Version.IsAtLeast(sarama.V2_5_0_0) {
+		return nil, errStableVersion
 	}
 	err := o.retry(ctx, func(coord *sarama.Broker) error {
 		cfg := o.client.Config()
 		req := sarama.NewOffsetFetchRequest(cfg.Version, o.group, map[string][]int32{topic: partitions})
 		// A read_committed consumer must not start below offsets that a
 		// transaction committed but has not finished marking (KIP-447).
-		req.RequireStable = cfg.Consumer.IsolationLevel == sarama.ReadCommitted && req.Version >= 7
+		req.RequireStable = (stable || cfg.Consumer.IsolationLevel == sarama.ReadCommitted) && req.Version >= 7
 		resp, err := coord.FetchOffset(req)
 		if err != nil {
 			_ = coord.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,9 +156,17 @@ type Transactor struct {
 	// before it is sent (chain.ErrMessageTooLarge), because in a
 	// transaction every failed send also fails the transaction.
 	limits sync.Map // topic -> int
+
+	// faults are tests' (export_test.go): Commit fails with before's error
+	// just before CommitTxn (the transaction still open), or with after's
+	// once CommitTxn succeeded (as when EndTxn's response is lost). Under mu.
+	faults struct{ before, after func() error }
 }
 
-var _ chain.Transactor = (*Transactor)(nil)
+var (
+	_ chain.Transactor     = (*Transactor)(nil)
+	_ chain.CommitResolver = (*Transactor)(nil)
+)
 
 // NewTransactor connects the transactional producer: it initialises the
 // transactional id (InitProducerId), which fences any older producer with
@@ -517,6 +526,11 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 			return fmt.Errorf("kafka: add offsets to the transaction (group %q, generation %d): %w", k.group, k.generation, err)
 		}
 	}
+	if f := t.faults.before; f != nil {
+		if err := f(); err != nil {
+			return fmt.Errorf("kafka: commit transaction: %w", err)
+		}
+	}
 	if err := t.ap.CommitTxn(); err != nil {
 		return fmt.Errorf("kafka: commit transaction: %w", err)
 	}
@@ -524,7 +538,69 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 	t.txMu.Lock()
 	t.open = false
 	t.txMu.Unlock()
+	if f := t.faults.after; f != nil {
+		if err := f(); err != nil {
+			return fmt.Errorf("kafka: commit transaction: %w", err)
+		}
+	}
 	return nil
+}
+
+// ResolveCommit implements chain.CommitResolver, after a Commit of offsets
+// failed. It settles the transaction first, as Abort does: sarama aborts
+// it, or — when it can no longer (the coordinator refuses to abort a
+// transaction whose commit decision it wrote; a fenced or failed producer)
+// — a new producer session starts, whose InitProducerId completes or aborts
+// what the previous one left open. Then it fetches the committed offsets of
+// the offsets' partitions with RequireStable, which the group coordinator
+// answers with UNSTABLE_OFFSET_COMMIT while a transaction's offsets are
+// pending (retried, with a growing pause, until ctx ends), and compares
+// each, offset and metadata, with what the cycle sent. A settle that failed
+// is logged, not returned: the stable read still tells a transaction that
+// committed (its offsets) from one that did not (it is aborted at the
+// latest at the transaction timeout, and its pending offsets with it).
+func (t *Transactor) ResolveCommit(ctx context.Context, sent []chain.TxnOffset) (bool, error) {
+	if err := t.Abort(ctx); err != nil {
+		t.log.Warn("settling the transaction whose commit failed; reading the committed offsets all the same", "err", err)
+	}
+	type source struct {
+		o     *offsets
+		topic string
+	}
+	parts := map[source][]int32{}
+	srcs := make([]source, len(sent))
+	for i, o := range sent {
+		pc, ok := o.Committer.(*partitionCommitter)
+		if !ok {
+			return false, fmt.Errorf("kafka: offsets of %s/%d: the committer (%T) is not a Run's", o.Topic, o.Partition, o.Committer)
+		}
+		srcs[i] = source{pc.o, o.Topic}
+		parts[srcs[i]] = append(parts[srcs[i]], o.Partition)
+	}
+	got := make(map[source]map[int32]committed, len(parts))
+	for src, ps := range parts {
+		cs, err := src.o.fetchStable(ctx, src.topic, ps)
+		if err != nil {
+			return false, fmt.Errorf("kafka: learning whether the failed commit committed: %w", err)
+		}
+		got[src] = cs
+	}
+	var differ []string
+	for i, o := range sent {
+		if c := got[srcs[i]][o.Partition]; c.offset != o.Offset || c.metadata != o.Metadata {
+			differ = append(differ, fmt.Sprintf("%s/%d at %d (sent %d)", o.Topic, o.Partition, c.offset, o.Offset))
+		}
+	}
+	switch len(differ) {
+	case 0:
+		t.log.Warn("the failed commit committed: every partition's committed offset and metadata are the transaction's", "partitions", len(sent))
+		return true, nil
+	case len(sent):
+		t.log.Info("the failed commit did not commit: no partition's committed offset and metadata are the transaction's", "partitions", len(sent))
+		return false, nil
+	}
+	return false, fmt.Errorf("kafka: %d of %d partitions hold other committed offsets or metadata than the transaction's (%s): another member committed, or the offsets were reset",
+		len(differ), len(sent), strings.Join(differ, ", "))
 }
 
 // Abort implements chain.Transactor: it aborts the open transaction, or —

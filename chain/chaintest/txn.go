@@ -16,7 +16,8 @@ import (
 // Changelog's read_committed view — only when the chain commits the
 // transaction, together with its offsets; an abort drops them (the
 // changelog keeps their offsets, skipped by readers, as Kafka does).
-// FailCommits and FailProduce inject the failures the chain must survive.
+// FailCommits, LoseCommitResults, FailResolve and FailProduce inject the
+// failures the chain must survive. It implements chain.CommitResolver.
 type Transactor struct {
 	t *Tester
 
@@ -27,6 +28,9 @@ type Transactor struct {
 		// failed: the transaction cannot commit (a failed send).
 		failed      error
 		failCommits int
+		loseResults int
+		failResolve int
+		resolved    Resolutions
 		failProduce int
 		failWhere   func(chain.Message) bool
 		commits     int
@@ -44,7 +48,15 @@ type Txn struct {
 	Offsets []chain.TxnOffset
 }
 
-var _ chain.Transactor = (*Transactor)(nil)
+// Resolutions counts a Transactor's ResolveCommit answers.
+type Resolutions struct {
+	Committed, NotCommitted, Unknown int
+}
+
+var (
+	_ chain.Transactor     = (*Transactor)(nil)
+	_ chain.CommitResolver = (*Transactor)(nil)
+)
 
 // errInjected is the cause of the failures a test injects.
 var errInjected = errors.New("chaintest: injected transaction failure")
@@ -69,6 +81,33 @@ func (x *Transactor) FailCommits(n int) {
 	x.mu.Lock()
 	x.mu.failCommits = n
 	x.mu.Unlock()
+}
+
+// LoseCommitResults makes the next n Commit calls that commit something
+// take effect — outputs, changelog records and offsets become visible — and
+// then return an error, as when the connection is lost on EndTxn's response
+// after the transaction coordinator wrote its commit decision.
+func (x *Transactor) LoseCommitResults(n int) {
+	x.mu.Lock()
+	x.mu.loseResults = n
+	x.mu.Unlock()
+}
+
+// FailResolve makes the next n ResolveCommit calls unable to learn the
+// outcome, as an offset fetch that keeps failing: each settles the
+// transaction as usual, then waits until its context ends and returns an
+// error.
+func (x *Transactor) FailResolve(n int) {
+	x.mu.Lock()
+	x.mu.failResolve = n
+	x.mu.Unlock()
+}
+
+// Resolved returns how ResolveCommit answered so far.
+func (x *Transactor) Resolved() Resolutions {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.mu.resolved
 }
 
 // FailProduce makes the next n Produce calls fail with an error wrapping
@@ -100,6 +139,8 @@ func (x *Transactor) BeforeCommit(fn func()) {
 // the transactor's lock); nil removes it. The chain aborts twice per
 // aborted cycle, the second time once every partition's stages have
 // stopped and before any restarts at its committed positions.
+// ResolveCommit's own abort of a transaction left open by a failed Commit
+// does not call it.
 func (x *Transactor) BeforeAbort(fn func()) {
 	x.mu.Lock()
 	x.mu.beforeAbort = fn
@@ -214,7 +255,56 @@ func (x *Transactor) Commit(_ context.Context, offsets []chain.TxnOffset) error 
 	x.mu.open = false
 	x.mu.commits++
 	t.changed.notify()
+	if x.mu.loseResults > 0 {
+		x.mu.loseResults--
+		return fmt.Errorf("chaintest: commit: the response was lost (the transaction committed): %w", errInjected)
+	}
 	return nil
+}
+
+// ResolveCommit implements chain.CommitResolver: it aborts the transaction
+// if it is still open (a failed Commit leaves it so), then compares offsets
+// with the partitions' last commits.
+func (x *Transactor) ResolveCommit(ctx context.Context, offsets []chain.TxnOffset) (bool, error) {
+	x.mu.Lock()
+	open := x.mu.open || x.mu.failed != nil
+	fail := x.mu.failResolve > 0
+	if fail {
+		x.mu.failResolve--
+	}
+	x.mu.Unlock()
+	if open {
+		x.abort()
+	}
+	if fail {
+		<-ctx.Done()
+		x.mu.Lock()
+		x.mu.resolved.Unknown++
+		x.mu.Unlock()
+		return false, fmt.Errorf("chaintest: read the committed offsets: %w: %w", errInjected, ctx.Err())
+	}
+	t := x.t
+	t.mu.Lock()
+	match := 0
+	for _, o := range offsets {
+		cs := t.mu.commits[o.Partition]
+		if n := len(cs); n > 0 && cs[n-1] == (Commit{o.Offset, o.Metadata}) {
+			match++
+		}
+	}
+	t.mu.Unlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch match {
+	case len(offsets):
+		x.mu.resolved.Committed++
+		return true, nil
+	case 0:
+		x.mu.resolved.NotCommitted++
+		return false, nil
+	}
+	x.mu.resolved.Unknown++
+	return false, fmt.Errorf("chaintest: %d of %d partitions hold the transaction's offsets", match, len(offsets))
 }
 
 // Transactions returns the committed transactions, oldest first.
@@ -232,6 +322,12 @@ func (x *Transactor) Abort(context.Context) error {
 	if hook != nil {
 		hook()
 	}
+	x.abort()
+	return nil
+}
+
+// abort is Abort without its hook.
+func (x *Transactor) abort() {
 	x.mu.Lock()
 	if x.mu.open || x.mu.failed != nil {
 		x.mu.aborts++ // a transaction was open: it is aborted
@@ -247,7 +343,6 @@ func (x *Transactor) Abort(context.Context) error {
 		cl.endTxn(false)
 	}
 	x.t.changed.notify()
-	return nil
 }
 
 // Pending returns the outputs of the open transaction (not yet visible).
