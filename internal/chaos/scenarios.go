@@ -26,6 +26,9 @@ func Scenarios() []Scenario {
 		// The same faults in exactly-once mode (issue #12): the engine is
 		// killed with a transaction open; read_committed, nothing repeats.
 		{Name: "exactly-once-broker-and-engine-kill", Seed: 1406, Guarantee: ExactlyOnce, Faults: brokerAndEngineKill},
+		{Name: "exactly-once-rolling-restart", Seed: 1407, Guarantee: ExactlyOnce, Faults: rollingRestart},
+		{Name: "exactly-once-coordinator-pause", Seed: 1408, Guarantee: ExactlyOnce, Faults: coordinatorPause, ExpectStall: true},
+		{Name: "exactly-once-output-leader-kill", Seed: 1409, Guarantee: ExactlyOnce, Faults: outputLeaderKill, ExpectStall: true},
 	}
 }
 
