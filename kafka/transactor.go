@@ -501,9 +501,9 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 	byMember := map[key]map[string][]*sarama.PartitionOffsetMetadata{}
 	metas := map[key]*sarama.ConsumerGroupMetadata{}
 	for _, o := range offsets {
-		pc, ok := o.Committer.(*partitionCommitter)
-		if !ok {
-			return fmt.Errorf("kafka: offsets of %s/%d: the committer (%T) is not a Run's: a Transactor commits the offsets of partitions kafka.Run assigned", o.Topic, o.Partition, o.Committer)
+		pc, err := runCommitter(o)
+		if err != nil {
+			return err
 		}
 		gm := &sarama.ConsumerGroupMetadata{GroupID: pc.o.group, GenerationID: sarama.GroupGenerationUndefined}
 		if pc.m != nil {
@@ -546,6 +546,16 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 	return nil
 }
 
+// runCommitter is o's Committer as kafka.Run hands it to its partitions:
+// a Transactor commits only the offsets of partitions Run assigned.
+func runCommitter(o chain.TxnOffset) (*partitionCommitter, error) {
+	pc, ok := o.Committer.(*partitionCommitter)
+	if !ok {
+		return nil, fmt.Errorf("kafka: offsets of %s/%d: the committer (%T) is not a Run's: a Transactor commits the offsets of partitions kafka.Run assigned", o.Topic, o.Partition, o.Committer)
+	}
+	return pc, nil
+}
+
 // ResolveCommit implements chain.CommitResolver, after a Commit of offsets
 // failed. It settles the transaction first, as Abort does: sarama aborts
 // it, or — when it can no longer (the coordinator refuses to abort a
@@ -570,9 +580,9 @@ func (t *Transactor) ResolveCommit(ctx context.Context, sent []chain.TxnOffset) 
 	parts := map[source][]int32{}
 	srcs := make([]source, len(sent))
 	for i, o := range sent {
-		pc, ok := o.Committer.(*partitionCommitter)
-		if !ok {
-			return false, fmt.Errorf("kafka: offsets of %s/%d: the committer (%T) is not a Run's", o.Topic, o.Partition, o.Committer)
+		pc, err := runCommitter(o)
+		if err != nil {
+			return false, err
 		}
 		srcs[i] = source{pc.o, o.Topic}
 		parts[srcs[i]] = append(parts[srcs[i]], o.Partition)
@@ -591,12 +601,11 @@ func (t *Transactor) ResolveCommit(ctx context.Context, sent []chain.TxnOffset) 
 			differ = append(differ, fmt.Sprintf("%s/%d at %d (sent %d)", o.Topic, o.Partition, c.offset, o.Offset))
 		}
 	}
+	// The chain logs the outcome it acts on.
 	switch len(differ) {
 	case 0:
-		t.log.Warn("the failed commit committed: every partition's committed offset and metadata are the transaction's", "partitions", len(sent))
 		return true, nil
 	case len(sent):
-		t.log.Info("the failed commit did not commit: no partition's committed offset and metadata are the transaction's", "partitions", len(sent))
 		return false, nil
 	}
 	return false, fmt.Errorf("kafka: %d of %d partitions hold other committed offsets or metadata than the transaction's (%s): another member committed, or the offsets were reset",
