@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
+	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/kafka"
 )
 
@@ -37,6 +38,7 @@ func testPartitionsAdded(t *testing.T, guarantee string) {
 	require.NoError(t, err)
 	require.NoError(t, admin.CreatePartitions(tp.in, 4, nil, false))
 	require.NoError(t, admin.Close())
+	awaitGrown(t, tp, 4)
 	tp.partitions = 4
 	tp.produce(t, 4000, 8)
 	_, ends = tp.input(t)
@@ -53,6 +55,16 @@ func testPartitionsAdded(t *testing.T, guarantee string) {
 	require.Len(t, md, 1)
 	require.Len(t, md[0].Partitions, 4, "the changelog grew with the input")
 	require.Contains(t, p.err.String(), "added partitions to the changelog topic, as the input grew")
+}
+
+// awaitGrown waits until the brokers list partitions partitions of the
+// input, each with a leader: a real broker lists the partitions
+// CreatePartitions added a moment after it returns, and records produced
+// before that land only in the old ones (CI once saw the test's second
+// batch all in partitions 0 and 1).
+func awaitGrown(t *testing.T, tp *topics, partitions int32) {
+	t.Helper()
+	require.NoError(t, kadmin.AwaitLeaders(tp.b.Addrs(), tp.b.Config(), tp.in, partitions, waitTimeout))
 }
 
 // waitReached waits for reached, failing if run exits first or if it does
@@ -90,6 +102,7 @@ func TestAddedPartitionLatencyWithDefaults(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, admin.CreatePartitions(tp.in, 4, nil, false))
 	require.NoError(t, admin.Close())
+	awaitGrown(t, tp, 4)
 	tp.partitions = 4
 	tp.produce(t, 1000, 8)
 	_, ends = tp.input(t)
