@@ -340,10 +340,27 @@ func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint floa
 		if err != nil || o.Records > 0 || r.Steady || try == tries {
 			return r, err
 		}
-		next := max(o.sizeFor(r.ThroughputRPS, s.batch), ladder(float64(n)*1.5))
+		next := nextSize(o, r, n, s.batch, s.kind.isChain())
 		h.progressf("    %.2fs is shorter than %v (or too few checkpoints): again on %d records", r.Elapsed, o.Duration, next)
 		n = next
 	}
+}
+
+// nextSize is the prefix the next sizing run of steady uses after a run on
+// n records that was not steady: what the run's throughput asks for to last
+// Duration, at least one ladder step (×1.5) longer, and — when the run had
+// too few checkpoints or commits on its busiest partition, which happens
+// when a cycle takes longer than the commit interval (an exactly-once cycle
+// waits for the records below its cut) — long enough for minCheckpoints at
+// the rate this run made them, with a quarter to spare (a chain's runs
+// only: the micro-batch's steadiness counts no checkpoints). Growing by one
+// step per try instead ran out of tries on a loaded machine (CI).
+func nextSize(o Options, r *DesignResult, n, batch int, chain bool) int {
+	next := max(o.sizeFor(r.ThroughputRPS, batch), ladder(float64(n)*1.5))
+	if short := min(r.CheckpointsMost, r.Commits); chain && r.Elapsed >= o.Duration.Seconds() && short < minCheckpoints {
+		next = max(next, ladder(float64(n)*1.25*float64(minCheckpoints)/float64(max(short, 1))))
+	}
+	return next
 }
 
 // measureOn measures one design run on the stream's prefix of n records.

@@ -200,6 +200,24 @@ func TestStagedBoundsOfAWorkload(t *testing.T) {
 	}
 }
 
+// TestNextSizeCoversTheCheckpointDeficit: a chain run long enough in time
+// but with too few checkpoints (cycles longer than the interval) grows
+// enough for minCheckpoints at its own rate in one try, not one ×1.5 step.
+func TestNextSizeCoversTheCheckpointDeficit(t *testing.T) {
+	o := Options{}.withDefaults()
+	long := o.Duration.Seconds() + 1
+	// 3 checkpoints on 20,000 records: 10 need ≥ 66,667, with a quarter more.
+	r := &DesignResult{Elapsed: long, ThroughputRPS: 20_000 / long, CheckpointsMost: 3, Commits: 30}
+	require.GreaterOrEqual(t, nextSize(o, r, 20_000, 0, true), 83_334)
+	r.Commits = 2 // the shorter of the two counts
+	require.GreaterOrEqual(t, nextSize(o, r, 20_000, 0, true), 125_000)
+	// A micro-batch's steadiness counts no checkpoints: one step.
+	require.Equal(t, ladder(20_000*1.5), nextSize(o, r, 20_000, 0, false))
+	// Enough checkpoints: one step (or what the rate asks for).
+	r.CheckpointsMost, r.Commits = 12, 12
+	require.Equal(t, ladder(20_000*1.5), nextSize(o, r, 20_000, 0, true))
+}
+
 func TestLadderAndSizing(t *testing.T) {
 	require.Equal(t, 1000, ladder(0))
 	require.Equal(t, 1000, ladder(1000))
