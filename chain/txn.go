@@ -223,7 +223,9 @@ func newTxnCoordinator(c *Chain) *txnCoordinator {
 func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	p.eos.paused.Store(tc.mu.cycling)
+	if tc.mu.cycling {
+		p.eos.sends.deferAll(len(p.c.stages))
+	}
 	start()
 	p.eos.part = &txnPart{result: make(chan error, 1)}
 	tc.mu.parts[p] = p.eos.part
@@ -309,6 +311,7 @@ func (tc *txnCoordinator) loop() {
 type cyclePart struct {
 	p     *partitionRun
 	final bool // final at the cycle's start: it leaves after this cycle
+	cut   []cutPoint
 	// leave: the cycle aborted while the partition was stopping; it leaves
 	// with nothing committed since its last cycle.
 	leave bool
@@ -330,16 +333,17 @@ func (tc *txnCoordinator) cycle() bool {
 	tc.mu.cycling = true
 	parts := make([]*cyclePart, 0, len(tc.mu.parts))
 	for p, tp := range tc.mu.parts {
-		p.eos.paused.Store(true)
 		parts = append(parts, &cyclePart{p: p, final: tp.final})
 	}
 	failed := tc.mu.failure != nil
 	tc.mu.Unlock()
-	tc.outputs.Store(0)
 	tc.writes.Store(0)
 	slices.SortFunc(parts, func(a, b *cyclePart) int {
 		return cmp.Or(cmp.Compare(a.p.topic, b.p.topic), cmp.Compare(a.p.partition, b.p.partition))
 	})
+	for _, cp := range parts {
+		cp.cut = cp.p.takeCut()
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
 	defer cancel()
@@ -367,7 +371,7 @@ func (tc *txnCoordinator) cycle() bool {
 		if err != nil {
 			break
 		}
-		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx)
+		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx, cp.cut)
 		if err == nil && cp.prep.changed {
 			offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
 				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
@@ -412,15 +416,17 @@ func (tc *txnCoordinator) cycle() bool {
 	var leaving []*cyclePart
 	for _, cp := range parts {
 		if cp.final || cp.leave {
-			// It leaves, paused for ever: nothing it might still begin
-			// enters a later transaction.
 			delete(tc.mu.parts, cp.p)
 			leaving = append(leaving, cp)
 		}
 	}
+	// Every registered partition's deferred sends — those of the cycle's
+	// partitions above their cuts, and those of partitions registered
+	// during the cycle — go into the next transaction (an aborted cycle
+	// has dropped its partitions' already).
+	flush := make([]*partitionRun, 0, len(tc.mu.parts))
 	for p := range tc.mu.parts {
-		p.eos.paused.Store(false)
-		p.eos.resumed.notify()
+		flush = append(flush, p)
 	}
 	if err == nil {
 		tc.mu.aborts = 0
@@ -434,7 +440,17 @@ func (tc *txnCoordinator) cycle() bool {
 	}
 	tc.mu.Unlock()
 
-	// After CommitTxn, with the stages running again: the prepared
+	// A leaving partition's sends are dropped, now and for ever: nothing it
+	// might still send enters a later transaction.
+	for _, cp := range leaving {
+		cp.p.eos.sends.drop()
+	}
+	tc.outputs.Store(0)
+	for _, p := range flush {
+		p.eos.sends.flush()
+	}
+
+	// After CommitTxn, with the deferred sends flushed: the prepared
 	// checkpoints hold their partitions' checkpoint locks, and the stages
 	// read the committed writes from the overlays until the store has them
 	// (DESIGN "Exactly-once mode": a crash in between leaves the store
@@ -460,10 +476,11 @@ func (tc *txnCoordinator) cycle() bool {
 	return more
 }
 
-// drain waits until no stage of any partition has a record begun and not
-// complete, or one being begun. A partition whose stop abandoned records
-// (shutdown timeout) cannot drain: their outputs may be in the transaction
-// without their positions, so the cycle must abort.
+// drain waits until every record below the cycle's cuts has completed or
+// been dropped (stageRun.pend); the stages meanwhile go on beginning and
+// processing records above their cuts. A partition whose stop abandoned
+// records (shutdown timeout) cannot drain: their outputs may be in the
+// transaction without their positions, so the cycle must abort.
 func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 	deadline := time.NewTimer(tc.c.cfg.shutdownTimeout)
 	defer deadline.Stop()
@@ -472,17 +489,17 @@ func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 		if p.isAbandoned() {
 			return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
 		}
-		for _, s := range p.stages {
+		for i, s := range p.stages {
 			for {
 				ch := s.drained.wait()
-				if !s.entering.Load() && s.outstanding.Load() == 0 {
+				if s.pend.Load() == 0 {
 					break
 				}
 				select {
 				case <-ch:
 				case <-deadline.C:
-					return fmt.Errorf("partition %s/%d stage %q: records in flight did not complete within %v of the cycle's start",
-						p.topic, p.partition, s.name, tc.c.cfg.shutdownTimeout)
+					return fmt.Errorf("partition %s/%d stage %q: the records below the cycle's cut %d did not complete within %v of the cycle's start",
+						p.topic, p.partition, s.name, cp.cut[i].next, tc.c.cfg.shutdownTimeout)
 				}
 				if p.isAbandoned() {
 					return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
@@ -508,6 +525,11 @@ func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause e
 			cp.prep.abort()
 			cp.prep = nil
 		}
+		// The records above the cut whose sends wait for the cycle are
+		// dropped with the epoch, and so is whatever its records in
+		// flight send from now on (restartEpoch makes the new epoch's
+		// sends direct): the rewind's stop would otherwise wait for them.
+		cp.p.eos.sends.drop()
 	}
 	if err := tc.tx.Abort(ctx); err != nil {
 		tc.log.Warn("aborting the transaction failed; the transaction coordinator aborts it at its timeout", "err", err)
@@ -585,22 +607,34 @@ type txnPrepared struct {
 	metadata string
 }
 
-// prepareTxn is a partition's half of a cycle, while it is paused and
-// drained: the positions (each stage's completed set must be exactly the
-// prefix below its position: records completed above it would have their
-// outputs in the transaction and be processed again after a restart), the
-// store checkpoint and its changelog records (appended inside the
-// transaction), the commit metadata.
-func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor) (*txnPrepared, error) {
-	cps := p.snapshot()
+// prepareTxn is a partition's half of a cycle, once the records below its
+// cut are drained: the positions (each stage's contiguous position, at
+// most its cut: records above the cut belong to the next cycle; below the
+// cut, the completed set must be exactly the prefix below the position —
+// records completed above it would have their outputs in the transaction
+// and be processed again after a restart), the store checkpoint and its
+// changelog records (appended inside the transaction), the commit
+// metadata.
+func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutPoint) (*txnPrepared, error) {
+	cps := make([]commit.Checkpoint, len(p.stages))
 	for i, s := range p.stages {
-		s.noteProgress(cps[i].Next)
 		s.mu.Lock()
-		above := s.tracker.CompletedAbove()
+		next, wm := s.tracker.Position()
+		above := 0
+		if next >= cut[i].next {
+			next, wm = cut[i].next, cut[i].wm
+		} else {
+			// A record below the cut was dropped (its record failed, or
+			// the transaction did): whatever completed above it may be
+			// below the cut, its outputs in the transaction.
+			above = s.tracker.CompletedAbove()
+		}
 		s.mu.Unlock()
+		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+		s.noteProgress(next)
 		if above > 0 {
-			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs are in the transaction",
-				p.topic, p.partition, s.name, above, cps[i].Next)
+			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs may be in the transaction",
+				p.topic, p.partition, s.name, above, next)
 		}
 	}
 	pr := &txnPrepared{p: p, cps: cps, clOffset: p.clOffset}
