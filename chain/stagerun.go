@@ -82,10 +82,10 @@ type stageRun struct {
 	// math.MinInt64 before the first). pend counts the records below cutAt
 	// still live: the cycle waits until it is zero (written under mu,
 	// read without it).
-	eos                         bool
-	live, begunNext, begunWM    int64
-	cutAt                       int64
-	pend                        atomic.Int64
+	eos                      bool
+	live, begunNext, begunWM int64
+	cutAt                    int64
+	pend                     atomic.Int64
 
 	// readPos is the cursor as of the stage's last read of a batch: the
 	// stage will never read below it again. The first stage discards what
