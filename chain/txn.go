@@ -23,7 +23,9 @@ import (
 // goroutine; a transaction opens with the first of them. A cycle then
 // calls, from one goroutine and while no Produce or AppendChangelog is in
 // progress, Commit — or Abort, when anything of the cycle failed — and the
-// next call opens the next transaction.
+// next call opens the next transaction. (The stages do not stop during a
+// cycle: the sends of the records they begin after the cycle's cut are
+// held back until its Commit or Abort returned; see txnCoordinator.)
 type Transactor interface {
 	// Producer sends outputs and dead letters inside the open transaction.
 	// An error that ends the transaction (the client can no longer commit
@@ -139,13 +141,19 @@ const maxConsecutiveAborts = 10
 // writes stay in the store's overlay, which the stages read through, and
 // are persisted only after the transaction committed. A failed, fenced or
 // timed-out transaction is aborted, the overlays dropped, and every
-// partition restarts from its last committed positions. A cycle pauses
-// every partition until what it has begun is complete — the records
-// waiting in a key-scoped gate (GateKey) included: a paused stage keeps
-// releasing them as their leader's records complete — so a transaction
-// holds exactly the outputs of a contiguous prefix per stage (no offsets
-// above a position are ever committed). Revoke and stop commit the
-// partition's final checkpoint in a cycle and wait for it.
+// partition restarts from its last committed positions. A cycle does not
+// pause the partitions: it cuts every stage at its begin frontier, waits
+// until the records below the cuts are complete — the records waiting in a
+// key-scoped gate (GateKey) included: they wait only for leader records
+// below the leader's cut — and commits positions at most the cuts, while
+// the stages go on beginning and processing the records above them; those
+// records' outputs and dead letters are deferred, in the order they were
+// issued, until the transaction ended, and then sent into the next one
+// (dropped with their records if it aborted). So a transaction holds
+// exactly the outputs of a contiguous prefix per stage (no offsets above a
+// position are ever committed), and the outputs keep their per-key order.
+// Revoke and stop commit the partition's final checkpoint in a cycle and
+// wait for it.
 //
 // t is also the chain's producer: WithProducer must not be given. With a
 // store, WithChangelog is required (the changelog is where committed state
@@ -173,15 +181,18 @@ func (c *Chain) ExactlyOnce() bool { return c.tc != nil }
 // txnCoordinator runs an exactly-once chain's commit cycles: one goroutine
 // (loop) while any partition is registered, one cycle at a time.
 //
-// A cycle: pause every registered partition (its stages stop beginning
-// records; see stageRun.enterCycle) and wait until everything begun has
+// A cycle: take every registered partition's cut (partitionRun.takeCut:
+// each stage's begin frontier; the sends of records begun after it are
+// deferred, sendGate) and wait until every record below the cuts has
 // completed — outputs acknowledged inside the transaction; then, per
-// partition, snapshot the positions (a contiguous prefix per stage:
-// checked), prepare the store checkpoint, append its changelog records and
-// compute the commit metadata; commit the transaction with every changed
-// partition's offset; resume; persist the prepared checkpoints to the
-// store. If anything fails: abort, drop every overlay, restart every
-// partition at its last committed positions, resume.
+// partition, snapshot the positions (min(contiguous position, cut) per
+// stage; below the cut a contiguous prefix: checked), prepare the store
+// checkpoint, append its changelog records and compute the commit
+// metadata; commit the transaction with every changed partition's offset;
+// flush the deferred sends into the next transaction; persist the
+// prepared checkpoints to the store. If anything fails: abort, drop the
+// deferred sends with their records, drop every overlay, restart every
+// partition at its last committed positions. The stages never pause.
 type txnCoordinator struct {
 	c   *Chain
 	tx  Transactor
@@ -219,7 +230,7 @@ func newTxnCoordinator(c *Chain) *txnCoordinator {
 
 // register adds p, whose stages start must launch, to the cycles: under the
 // coordinator's lock, so that a cycle either includes p with its stages or
-// runs without it while p starts paused.
+// runs without it while p's sends are all deferred until the cycle ended.
 func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -237,8 +248,12 @@ func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 
 // final asks for p's last cycle — p's stages have stopped and drained (or
 // were abandoned) — and waits for its outcome: nil when the cycle committed
-// p's final checkpoint. p stays paused for ever after: nothing it might
-// still begin can enter a later transaction.
+// p's final checkpoint. p's sends are dropped for ever after: nothing it
+// might still send can enter a later transaction. p's stages have nothing
+// deferred by then (its stop waited for every record it began, and a
+// deferred one completes when the cycle open at its send flushes it), so
+// whichever cycle runs when final is called, p leaves with the next one
+// that starts after it.
 func (tc *txnCoordinator) final(p *partitionRun) error {
 	tc.mu.Lock()
 	if tp := tc.mu.parts[p]; tp != nil {
