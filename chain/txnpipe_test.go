@@ -162,3 +162,87 @@ func requireKeyOrder(t *testing.T, tt *chaintest.Tester) {
 		last[k] = o
 	}
 }
+
+// A stop (revoke, shutdown) while a cycle's Commit is blocked and the
+// stages have records past the cut whose sends are deferred: the stopping
+// partition waits for them, they complete once the cycle committed and
+// flushed them into the next transaction, and the partition's final cycle
+// commits — no deadlock, nothing waits the shutdown timeout. The restart
+// repeats nothing, and read_committed readers see every output and dead
+// letter once, in per-key order. With a failed commit (aborted) instead,
+// the deferred records are dropped with the aborted cycle and the stop
+// ends with the abort (ErrTxnAborted); the restart processes them again.
+func TestExactlyOnceStopWhileTheCycleCommitsWithDeferredSends(t *testing.T) {
+	for _, outcome := range []string{"committed", "aborted"} {
+		for _, scope := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+			for seed := range uint64(2) {
+				t.Run(fmt.Sprintf("%s/%s/%d", outcome, scope, seed), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) { testStopWhileCommitting(t, outcome, scope, seed) })
+				})
+			}
+		}
+	}
+}
+
+func testStopWhileCommitting(t *testing.T, outcome string, scope chain.GateScope, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 17))
+	tt, x, _ := eosTester(t, resolveStages(scope, new(callCounter)),
+		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
+	if rng.IntN(2) == 0 {
+		tt.SetAckMode(chaintest.AckAsync)
+	}
+	tt.Start(0)
+	const n = 400
+	recs := resolveRecords(0, n)
+	first := 40 + rng.IntN(60)
+	tt.Append(0, recs[:first]...)
+	tt.WaitIdle()
+	tt.WaitCommitted(0, int64(first))
+
+	var armed atomic.Bool
+	armed.Store(true)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	x.BeforeCommit(func() {
+		if len(x.Attempted()) == 0 || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		if outcome == "aborted" {
+			x.FailCommits(1)
+		}
+		close(entered)
+		<-release
+	})
+	tt.Append(0, recs[first:]...)
+	<-entered
+	time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+	pending := len(x.Pending())
+	stopped := make(chan error, 1)
+	go func() { stopped <- tt.Stop() }()
+	time.Sleep(10 * time.Millisecond)
+	synctest.Wait()
+	select {
+	case err := <-stopped:
+		close(release)
+		t.Fatalf("the stop returned (%v) while its cycle's commit was blocked", err)
+	default:
+	}
+	close(release)
+	x.BeforeCommit(nil)
+	start := time.Now()
+	err := <-stopped
+	require.Less(t, time.Since(start), hotShutdown, "the stop did not wait the shutdown timeout")
+	if outcome == "aborted" {
+		require.ErrorIs(t, err, chain.ErrTxnAborted)
+	} else {
+		require.NoError(t, err)
+	}
+	t.Logf("%d outputs of the blocked transaction pending at the stop", pending)
+
+	tt.Start(0)
+	tt.WaitIdle()
+	tt.WaitCommitted(0, n)
+	require.NoError(t, tt.Stop())
+	requireVisibleOnce(t, tt, outcome)
+	requireKeyOrder(t, tt)
+}
