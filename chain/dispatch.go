@@ -118,8 +118,9 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 		return nil
 	case <-ctx.Done():
 		j.ev.endSpan(OutcomeDropped, ctx.Err())
+		o := j.ev.Offset
 		d.finishKey(j, true)
-		d.s.drop()
+		d.s.drop(o)
 		return ctx.Err()
 	}
 }
@@ -173,8 +174,9 @@ func (d *dispatcher) worker(pc *Context) {
 // shutdown timeout ended the wait for a slot of the worker cap.
 func (d *dispatcher) abandon(j *job) {
 	j.ev.endSpan(OutcomeDropped, d.workCtx.Err())
+	o := j.ev.Offset
 	d.finishKey(j, true)
-	d.s.drop()
+	d.s.drop(o)
 }
 
 // finishKey releases j and returns the next record of its key, or nil (then
@@ -193,9 +195,10 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 		for n := q.head; n != nil; {
 			next := n.next
 			n.ev.endSpan(OutcomeDropped, nil)
+			o := n.ev.Offset
 			n.ev, n.next = Event{}, nil
 			d.mu.free = append(d.mu.free, n)
-			d.s.drop()
+			d.s.drop(o)
 			n = next
 		}
 		q.head, q.tail = nil, nil

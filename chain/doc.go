@@ -101,10 +101,14 @@
 //     stops with the partition's context.
 //   - Exactly-once mode (DESIGN §8, WithExactlyOnce): every commit cycle is
 //     one transaction of the Transactor across the chain's partitions —
-//     outputs, dead letters, changelog records and offsets. A cycle pauses
-//     the partitions until what they began completed, so it commits exactly
-//     the outputs of the records below its offsets; store writes are
-//     persisted only after the transaction committed. A failed or fenced
+//     outputs, dead letters, changelog records and offsets. A cycle does
+//     not pause the stages: it cuts each stage at its begin frontier, waits
+//     until the records below the cuts completed and commits positions at
+//     most the cuts, while the stages go on with the records above them,
+//     whose outputs and dead letters wait (deferred, in order) until the
+//     transaction ended and then go into the next one — so a transaction
+//     holds exactly the outputs of the records below its offsets; store
+//     writes are persisted only after the transaction committed. A failed or fenced
 //     transaction is aborted and every partition restarts at its last
 //     committed positions with its store overlay dropped (txn.go,
 //     txnpartition.go). A Commit that failed may have committed (EndTxn's
@@ -114,10 +118,10 @@
 //     (ErrTxnOutcomeUnknown) and restart from what the brokers hold. A
 //     revoke or stop returns after the partition's
 //     final transaction committed or was aborted (ErrTxnAborted). Both
-//     gate scopes: the records waiting in a key-scoped gate are begun and
-//     wait only for records their leader has begun, and a paused stage
-//     keeps releasing them, so the drain runs them to completion (a
-//     rewind rebuilds the key tables empty at the committed positions,
+//     gate scopes: the records waiting in a key-scoped gate below its cut
+//     wait only for leader records below the leader's cut (the admission
+//     step; the cuts are taken from the last stage to the first), so the
+//     cycle's wait runs them to completion (a rewind rebuilds the key tables empty at the committed positions,
 //     where no leader record is pending). A record whose send failed the
 //     transaction drops the gated records after it that may wait for it:
 //     its epoch is rewound anyway.

@@ -198,7 +198,7 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 		skip, err := s.seq.Sequence(s.pc, ev)
 		switch {
 		case err != nil && IsFatal(err):
-			s.drop()
+			s.drop(ev.Offset)
 			ev.endSpan(OutcomeDropped, err)
 			return s.recordError(ev.Offset, err)
 		case err != nil:
@@ -300,7 +300,7 @@ func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason
 	}
 	if g.doomed.Load() {
 		ev.endSpan(OutcomeDropped, ErrTransaction)
-		g.s.drop()
+		g.s.drop(ev.Offset)
 		return nil
 	}
 	r := g.newGated()
@@ -616,7 +616,7 @@ func (g *keyGate) abandonAll() {
 				s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))
 			}
 			r.ev.endSpan(OutcomeDropped, nil)
-			s.drop()
+			s.drop(r.ev.Offset)
 			g.size.Add(-1)
 			g.put(r)
 			r = next
@@ -683,7 +683,7 @@ func (g *keyGate) dropAll() {
 		for r := q.head; r != nil; {
 			next := r.next
 			r.ev.endSpan(OutcomeDropped, nil)
-			g.s.drop()
+			g.s.drop(r.ev.Offset)
 			g.size.Add(-1)
 			g.put(r)
 			r = next

@@ -70,12 +70,22 @@ type stageRun struct {
 
 	// outstanding counts records begun and neither completed nor dropped;
 	// drained is notified when it may have reached zero (and, in
-	// exactly-once mode, when entering was cleared).
+	// exactly-once mode, when pend reached zero).
 	outstanding atomic.Int64
 	drained     signal
-	// entering is set while the stage begins a record in exactly-once mode
-	// (enterCycle): a cycle waits until it is clear.
-	entering atomic.Bool
+
+	// Exactly-once mode (eos; txnpartition.go "cut"). Guarded by mu: live
+	// counts the records begun and neither completed nor dropped; begunNext
+	// is the begin frontier (every offset below it begun, none at or above
+	// it), begunWM the stream time including the record below it; cutAt is
+	// the open cycle's cut (the begin frontier when the cycle took it;
+	// math.MinInt64 before the first). pend counts the records below cutAt
+	// still live: the cycle waits until it is zero (written under mu,
+	// read without it).
+	eos                      bool
+	live, begunNext, begunWM int64
+	cutAt                    int64
+	pend                     atomic.Int64
 
 	// readPos is the cursor as of the stage's last read of a batch: the
 	// stage will never read below it again. The first stage discards what
@@ -154,6 +164,8 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	}
 	s.rd.store(cp.Next, cp.Watermark)
 	s.readPos.Store(cp.Next)
+	s.eos = p.c.tc != nil
+	s.begunNext, s.begunWM, s.cutAt = cp.Next, cp.Watermark, math.MinInt64
 	if p.ps != nil {
 		s.state = p.ps.Stage(i)
 	}
@@ -413,7 +425,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		skip, err := s.seq.Sequence(s.pc, ev)
 		switch {
 		case err != nil && IsFatal(err):
-			s.drop()
+			s.drop(ev.Offset)
 			ev.endSpan(OutcomeDropped, err)
 			return s.recordError(ev.Offset, err)
 		case err != nil:
@@ -555,12 +567,6 @@ func (s *stageRun) observe(ev *Event, processing bool, r release) {
 // stage's watermark. A key-scoped stage serves the keys its leader hands
 // back while it waits (its waiting records are what fills the window).
 func (s *stageRun) begin(ctx context.Context, o int64, kh uint64, sBefore int64) error {
-	if s.p.c.tc != nil {
-		if err := s.enterCycle(ctx); err != nil {
-			return err
-		}
-		defer s.leaveCycle()
-	}
 	for {
 		err := s.tryBegin(o, kh, sBefore)
 		if err == nil || !errors.Is(err, commit.ErrWindowFull) {
@@ -658,6 +664,10 @@ func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 	if err == nil && s.keys != nil {
 		s.keys.begin(kh, o, sBefore)
 	}
+	if err == nil && s.eos {
+		s.live++
+		s.begunNext, s.begunWM = o+1, s.stream
+	}
 	s.room = s.tracker.Window() - s.tracker.Occupied()
 	s.limit = s.tracker.BeginLimit()
 	s.mu.Unlock()
@@ -704,11 +714,23 @@ func (s *stageRun) completeTracked(o int64, kh uint64) {
 		s.cp.store(next, wm)
 	}
 	wake := err == nil && s.keys != nil && s.keys.complete(kh, o)
+	cut := s.eos && s.settleLocked(o)
 	s.mu.Unlock()
 	if wake {
 		s.keys.follower.wake.notify()
 	}
+	if cut {
+		s.drained.notify()
+	}
 	s.completed(adv, next, wm, err)
+}
+
+// settleLocked counts a record of an exactly-once stage that completed or
+// was dropped (under mu); it reports whether it was the last one the open
+// cycle waits for (pend reached zero).
+func (s *stageRun) settleLocked(o int64) bool {
+	s.live--
+	return o < s.cutAt && s.pend.Add(-1) == 0
 }
 
 // beginCompleted begins and completes o in the tracker under one lock: a
@@ -764,9 +786,17 @@ func (s *stageRun) completed(adv bool, next, wm int64, err error) {
 	}
 }
 
-// drop abandons a begun record without completing it: the position stays
-// below it, so it is not committed and will be processed again.
-func (s *stageRun) drop() {
+// drop abandons the begun record o without completing it: the position
+// stays below it, so it is not committed and will be processed again.
+func (s *stageRun) drop(o int64) {
+	if s.eos {
+		s.mu.Lock()
+		cut := s.settleLocked(o)
+		s.mu.Unlock()
+		if cut {
+			s.drained.notify()
+		}
+	}
 	if s.outstanding.Add(-1) == 0 {
 		s.drained.notify()
 	}
@@ -809,7 +839,7 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 			return nil
 		}
 		if berr := s.beginLate(ev.Offset); berr != nil {
-			s.drop()
+			s.drop(ev.Offset)
 			ev.endSpan(OutcomeDropped, berr)
 			return berr
 		}
@@ -828,14 +858,14 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 	}
 	switch {
 	case s.work.Err() != nil:
-		s.drop() // abandoned by the shutdown timeout
+		s.drop(ev.Offset) // abandoned by the shutdown timeout
 		ev.endSpan(OutcomeDropped, s.work.Err())
 		return nil
 	case err == nil:
 		s.processed.Add(1)
 		return s.emit(pc.out, ev.Offset, kh, sp)
 	case IsFatal(err):
-		s.drop()
+		s.drop(ev.Offset)
 		ev.endSpan(OutcomeDropped, err)
 		return s.recordError(ev.Offset, err)
 	default:
@@ -860,7 +890,7 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64, sp RecordSpan) error
 	for i := range msgs {
 		if msgs[i].Topic == "" {
 			if cfg.outputTopic == "" {
-				s.drop()
+				s.drop(o)
 				err := errors.New("output message names no topic and the chain has no output topic (WithOutputTopic)")
 				endSpan(sp, OutcomeDropped, err)
 				return s.recordError(o, err)
@@ -869,7 +899,7 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64, sp RecordSpan) error
 		}
 	}
 	if cfg.producer == nil {
-		s.drop()
+		s.drop(o)
 		err := errors.New("stage emitted output but the chain has no producer (WithProducer)")
 		endSpan(sp, OutcomeDropped, err)
 		return s.recordError(o, err)
@@ -877,10 +907,15 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64, sp RecordSpan) error
 	if sp != nil {
 		injectAll(sp, msgs)
 	}
-	if tc := s.p.c.tc; tc != nil {
-		tc.noteOutputs(len(msgs))
+	done := spanDone(sp, OutcomeCompleted, nil, s.acked(o, kh, "produce"))
+	if !s.eos {
+		cfg.producer.Produce(s.work, msgs, done)
+		return nil
 	}
-	cfg.producer.Produce(s.work, msgs, spanDone(sp, OutcomeCompleted, nil, s.acked(o, kh, "produce")))
+	s.sendTxn(o, sp, func(msgs []Message) {
+		s.p.c.tc.noteOutputs(len(msgs))
+		cfg.producer.Produce(s.work, msgs, done)
+	}, msgs)
 	return nil
 }
 
@@ -902,11 +937,11 @@ func (s *stageRun) acked(o int64, kh uint64, what string) func(error) {
 			// drop, so before a drain can see the stage empty and a
 			// rewind build the next epoch.
 			s.doomFollowers()
-			s.drop()
+			s.drop(o)
 			tc.fail(err)
 			return
 		}
-		s.drop()
+		s.drop(o)
 		s.p.fail(err)
 	}
 }
@@ -925,10 +960,15 @@ func (s *stageRun) deadLetter(ev *Event, kh uint64, reason error) {
 		return
 	}
 	m := DeadLetter(cfg.dlqTopic, s.name, tracedRecord(ev), reason, cfg.maxDeadLetter)
-	if tc := s.p.c.tc; tc != nil {
-		tc.noteOutputs(1)
+	done := spanDone(ev.span, OutcomeDeadLettered, reason, s.acked(ev.Offset, kh, "produce dead letter"))
+	if !s.eos {
+		ProduceDeadLetter(s.work, cfg.producer, m, done)
+		return
 	}
-	ProduceDeadLetter(s.work, cfg.producer, m, spanDone(ev.span, OutcomeDeadLettered, reason, s.acked(ev.Offset, kh, "produce dead letter")))
+	s.sendTxn(ev.Offset, ev.span, func([]Message) {
+		s.p.c.tc.noteOutputs(1)
+		ProduceDeadLetter(s.work, cfg.producer, m, done)
+	}, nil)
 }
 
 // noteProgress records when the position last moved (for stall detection).

@@ -23,7 +23,9 @@ import (
 // goroutine; a transaction opens with the first of them. A cycle then
 // calls, from one goroutine and while no Produce or AppendChangelog is in
 // progress, Commit — or Abort, when anything of the cycle failed — and the
-// next call opens the next transaction.
+// next call opens the next transaction. (The stages do not stop during a
+// cycle: the sends of the records they begin after the cycle's cut are
+// held back until its Commit or Abort returned; see txnCoordinator.)
 type Transactor interface {
 	// Producer sends outputs and dead letters inside the open transaction.
 	// An error that ends the transaction (the client can no longer commit
@@ -139,13 +141,19 @@ const maxConsecutiveAborts = 10
 // writes stay in the store's overlay, which the stages read through, and
 // are persisted only after the transaction committed. A failed, fenced or
 // timed-out transaction is aborted, the overlays dropped, and every
-// partition restarts from its last committed positions. A cycle pauses
-// every partition until what it has begun is complete — the records
-// waiting in a key-scoped gate (GateKey) included: a paused stage keeps
-// releasing them as their leader's records complete — so a transaction
-// holds exactly the outputs of a contiguous prefix per stage (no offsets
-// above a position are ever committed). Revoke and stop commit the
-// partition's final checkpoint in a cycle and wait for it.
+// partition restarts from its last committed positions. A cycle does not
+// pause the partitions: it cuts every stage at its begin frontier, waits
+// until the records below the cuts are complete — the records waiting in a
+// key-scoped gate (GateKey) included: they wait only for leader records
+// below the leader's cut — and commits positions at most the cuts, while
+// the stages go on beginning and processing the records above them; those
+// records' outputs and dead letters are deferred, in the order they were
+// issued, until the transaction ended, and then sent into the next one
+// (dropped with their records if it aborted). So a transaction holds
+// exactly the outputs of a contiguous prefix per stage (no offsets above a
+// position are ever committed), and the outputs keep their per-key order.
+// Revoke and stop commit the partition's final checkpoint in a cycle and
+// wait for it.
 //
 // t is also the chain's producer: WithProducer must not be given. With a
 // store, WithChangelog is required (the changelog is where committed state
@@ -173,15 +181,18 @@ func (c *Chain) ExactlyOnce() bool { return c.tc != nil }
 // txnCoordinator runs an exactly-once chain's commit cycles: one goroutine
 // (loop) while any partition is registered, one cycle at a time.
 //
-// A cycle: pause every registered partition (its stages stop beginning
-// records; see stageRun.enterCycle) and wait until everything begun has
+// A cycle: take every registered partition's cut (partitionRun.takeCut:
+// each stage's begin frontier; the sends of records begun after it are
+// deferred, sendGate) and wait until every record below the cuts has
 // completed — outputs acknowledged inside the transaction; then, per
-// partition, snapshot the positions (a contiguous prefix per stage:
-// checked), prepare the store checkpoint, append its changelog records and
-// compute the commit metadata; commit the transaction with every changed
-// partition's offset; resume; persist the prepared checkpoints to the
-// store. If anything fails: abort, drop every overlay, restart every
-// partition at its last committed positions, resume.
+// partition, snapshot the positions (min(contiguous position, cut) per
+// stage; below the cut a contiguous prefix: checked), prepare the store
+// checkpoint, append its changelog records and compute the commit
+// metadata; commit the transaction with every changed partition's offset;
+// flush the deferred sends into the next transaction; persist the
+// prepared checkpoints to the store. If anything fails: abort, drop the
+// deferred sends with their records, drop every overlay, restart every
+// partition at its last committed positions. The stages never pause.
 type txnCoordinator struct {
 	c   *Chain
 	tx  Transactor
@@ -219,11 +230,13 @@ func newTxnCoordinator(c *Chain) *txnCoordinator {
 
 // register adds p, whose stages start must launch, to the cycles: under the
 // coordinator's lock, so that a cycle either includes p with its stages or
-// runs without it while p starts paused.
+// runs without it while p's sends are all deferred until the cycle ended.
 func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	p.eos.paused.Store(tc.mu.cycling)
+	if tc.mu.cycling {
+		p.eos.sends.deferAll(len(p.c.stages))
+	}
 	start()
 	p.eos.part = &txnPart{result: make(chan error, 1)}
 	tc.mu.parts[p] = p.eos.part
@@ -235,8 +248,12 @@ func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 
 // final asks for p's last cycle — p's stages have stopped and drained (or
 // were abandoned) — and waits for its outcome: nil when the cycle committed
-// p's final checkpoint. p stays paused for ever after: nothing it might
-// still begin can enter a later transaction.
+// p's final checkpoint. p's sends are dropped for ever after: nothing it
+// might still send can enter a later transaction. p's stages have nothing
+// deferred by then (its stop waited for every record it began, and a
+// deferred one completes when the cycle open at its send flushes it), so
+// whichever cycle runs when final is called, p leaves with the next one
+// that starts after it.
 func (tc *txnCoordinator) final(p *partitionRun) error {
 	tc.mu.Lock()
 	if tp := tc.mu.parts[p]; tp != nil {
@@ -309,6 +326,7 @@ func (tc *txnCoordinator) loop() {
 type cyclePart struct {
 	p     *partitionRun
 	final bool // final at the cycle's start: it leaves after this cycle
+	cut   []cutPoint
 	// leave: the cycle aborted while the partition was stopping; it leaves
 	// with nothing committed since its last cycle.
 	leave bool
@@ -330,16 +348,17 @@ func (tc *txnCoordinator) cycle() bool {
 	tc.mu.cycling = true
 	parts := make([]*cyclePart, 0, len(tc.mu.parts))
 	for p, tp := range tc.mu.parts {
-		p.eos.paused.Store(true)
 		parts = append(parts, &cyclePart{p: p, final: tp.final})
 	}
 	failed := tc.mu.failure != nil
 	tc.mu.Unlock()
-	tc.outputs.Store(0)
 	tc.writes.Store(0)
 	slices.SortFunc(parts, func(a, b *cyclePart) int {
 		return cmp.Or(cmp.Compare(a.p.topic, b.p.topic), cmp.Compare(a.p.partition, b.p.partition))
 	})
+	for _, cp := range parts {
+		cp.cut = cp.p.takeCut()
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
 	defer cancel()
@@ -367,7 +386,7 @@ func (tc *txnCoordinator) cycle() bool {
 		if err != nil {
 			break
 		}
-		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx)
+		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx, cp.cut)
 		if err == nil && cp.prep.changed {
 			offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
 				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
@@ -412,15 +431,17 @@ func (tc *txnCoordinator) cycle() bool {
 	var leaving []*cyclePart
 	for _, cp := range parts {
 		if cp.final || cp.leave {
-			// It leaves, paused for ever: nothing it might still begin
-			// enters a later transaction.
 			delete(tc.mu.parts, cp.p)
 			leaving = append(leaving, cp)
 		}
 	}
+	// Every registered partition's deferred sends — those of the cycle's
+	// partitions above their cuts, and those of partitions registered
+	// during the cycle — go into the next transaction (an aborted cycle
+	// has dropped its partitions' already).
+	flush := make([]*partitionRun, 0, len(tc.mu.parts))
 	for p := range tc.mu.parts {
-		p.eos.paused.Store(false)
-		p.eos.resumed.notify()
+		flush = append(flush, p)
 	}
 	if err == nil {
 		tc.mu.aborts = 0
@@ -434,7 +455,17 @@ func (tc *txnCoordinator) cycle() bool {
 	}
 	tc.mu.Unlock()
 
-	// After CommitTxn, with the stages running again: the prepared
+	// A leaving partition's sends are dropped, now and for ever: nothing it
+	// might still send enters a later transaction.
+	for _, cp := range leaving {
+		cp.p.eos.sends.drop()
+	}
+	tc.outputs.Store(0)
+	for _, p := range flush {
+		p.eos.sends.flush()
+	}
+
+	// After CommitTxn, with the deferred sends flushed: the prepared
 	// checkpoints hold their partitions' checkpoint locks, and the stages
 	// read the committed writes from the overlays until the store has them
 	// (DESIGN "Exactly-once mode": a crash in between leaves the store
@@ -460,10 +491,11 @@ func (tc *txnCoordinator) cycle() bool {
 	return more
 }
 
-// drain waits until no stage of any partition has a record begun and not
-// complete, or one being begun. A partition whose stop abandoned records
-// (shutdown timeout) cannot drain: their outputs may be in the transaction
-// without their positions, so the cycle must abort.
+// drain waits until every record below the cycle's cuts has completed or
+// been dropped (stageRun.pend); the stages meanwhile go on beginning and
+// processing records above their cuts. A partition whose stop abandoned
+// records (shutdown timeout) cannot drain: their outputs may be in the
+// transaction without their positions, so the cycle must abort.
 func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 	deadline := time.NewTimer(tc.c.cfg.shutdownTimeout)
 	defer deadline.Stop()
@@ -472,17 +504,17 @@ func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 		if p.isAbandoned() {
 			return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
 		}
-		for _, s := range p.stages {
+		for i, s := range p.stages {
 			for {
 				ch := s.drained.wait()
-				if !s.entering.Load() && s.outstanding.Load() == 0 {
+				if s.pend.Load() == 0 {
 					break
 				}
 				select {
 				case <-ch:
 				case <-deadline.C:
-					return fmt.Errorf("partition %s/%d stage %q: records in flight did not complete within %v of the cycle's start",
-						p.topic, p.partition, s.name, tc.c.cfg.shutdownTimeout)
+					return fmt.Errorf("partition %s/%d stage %q: the records below the cycle's cut %d did not complete within %v of the cycle's start",
+						p.topic, p.partition, s.name, cp.cut[i].next, tc.c.cfg.shutdownTimeout)
 				}
 				if p.isAbandoned() {
 					return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
@@ -508,6 +540,11 @@ func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause e
 			cp.prep.abort()
 			cp.prep = nil
 		}
+		// The records above the cut whose sends wait for the cycle are
+		// dropped with the epoch, and so is whatever its records in
+		// flight send from now on (restartEpoch makes the new epoch's
+		// sends direct): the rewind's stop would otherwise wait for them.
+		cp.p.eos.sends.drop()
 	}
 	if err := tc.tx.Abort(ctx); err != nil {
 		tc.log.Warn("aborting the transaction failed; the transaction coordinator aborts it at its timeout", "err", err)
@@ -585,22 +622,34 @@ type txnPrepared struct {
 	metadata string
 }
 
-// prepareTxn is a partition's half of a cycle, while it is paused and
-// drained: the positions (each stage's completed set must be exactly the
-// prefix below its position: records completed above it would have their
-// outputs in the transaction and be processed again after a restart), the
-// store checkpoint and its changelog records (appended inside the
-// transaction), the commit metadata.
-func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor) (*txnPrepared, error) {
-	cps := p.snapshot()
+// prepareTxn is a partition's half of a cycle, once the records below its
+// cut are drained: the positions (each stage's contiguous position, at
+// most its cut: records above the cut belong to the next cycle; below the
+// cut, the completed set must be exactly the prefix below the position —
+// records completed above it would have their outputs in the transaction
+// and be processed again after a restart), the store checkpoint and its
+// changelog records (appended inside the transaction), the commit
+// metadata.
+func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutPoint) (*txnPrepared, error) {
+	cps := make([]commit.Checkpoint, len(p.stages))
 	for i, s := range p.stages {
-		s.noteProgress(cps[i].Next)
 		s.mu.Lock()
-		above := s.tracker.CompletedAbove()
+		next, wm := s.tracker.Position()
+		above := 0
+		if next >= cut[i].next {
+			next, wm = cut[i].next, cut[i].wm
+		} else {
+			// A record below the cut was dropped (its record failed, or
+			// the transaction did): whatever completed above it may be
+			// below the cut, its outputs in the transaction.
+			above = s.tracker.CompletedAbove()
+		}
 		s.mu.Unlock()
+		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+		s.noteProgress(next)
 		if above > 0 {
-			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs are in the transaction",
-				p.topic, p.partition, s.name, above, cps[i].Next)
+			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs may be in the transaction",
+				p.topic, p.partition, s.name, above, next)
 		}
 	}
 	pr := &txnPrepared{p: p, cps: cps, clOffset: p.clOffset}

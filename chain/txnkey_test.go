@@ -191,9 +191,14 @@ func hotRun(t *testing.T, n int, each func(tt *chaintest.Tester, x *chaintest.Tr
 // followers' records wait in the key gate across many cycles. Every cycle
 // commits (none waits the shutdown timeout and aborts), the transactions
 // hold contiguous prefixes per stage, and read_committed readers see every
-// output of the model exactly once. (Without the drain releasing the
-// key-waiting records, a follower paused in the cycle holds them, the drain
-// waits the whole shutdown timeout and the cycle aborts.)
+// output of the model exactly once. (A cycle waits for the records begun
+// before its cut, the key-waiting ones included: had they been held, the
+// drain would wait the whole shutdown timeout and the cycle abort.) The
+// stages do not pause during a cycle, so the leader begins the hot key's
+// backlog while the first cycles drain, and the next cycle's cut holds all
+// of it: here about three cycles commit (the first, the one after the
+// backlog, the final one) where the former pause committed about eleven
+// smaller ones; none takes as long as the shutdown timeout.
 func TestExactlyOnceKeyGateHotKeyCyclesCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -203,7 +208,8 @@ func TestExactlyOnceKeyGateHotKeyCyclesCommit(t *testing.T) {
 		commits, aborts := x.Counts()
 		t.Logf("%d commits in %v", commits, time.Since(start))
 		require.Zero(t, aborts, "no cycle aborted: every drain released the key-waiting records")
-		require.GreaterOrEqual(t, commits, 5, "cycles kept committing while the hot key was slow")
+		require.GreaterOrEqual(t, commits, 3, "cycles kept committing while the hot key was slow")
+		require.Less(t, time.Since(start), hotShutdown, "no cycle waited the shutdown timeout")
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
 		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"}, nil)
 		require.Equal(t, int64(n), calls.total(), "no record processed twice")

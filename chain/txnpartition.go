@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/differential-dev/differential/buffer"
 	"github.com/differential-dev/differential/commit"
@@ -22,10 +23,9 @@ import (
 // stop (the partition's): the stop takes the current epoch under mu and
 // marks the partition stopping, after which no rewind rebuilds it.
 type eosRun struct {
-	// paused is set by the coordinator while a cycle runs: stages do not
-	// begin records (enterCycle). resumed is notified when it is cleared.
-	paused  atomic.Bool
-	resumed signal
+	// sends defers the outputs and dead letters of records begun after an
+	// open cycle's cut until the cycle's transaction has ended.
+	sends sendGate
 	// part is the partition's registration with the coordinator.
 	part *txnPart
 
@@ -93,7 +93,8 @@ func (p *partitionRun) startEpoch(first []Record) {
 }
 
 // stopEpoch is the first half of a rewind after an aborted cycle (the
-// coordinator calls it while the partition is paused): the current epoch's
+// coordinator calls it after the cycle dropped the partition's deferred
+// sends, discarding any more: see sendGate): the current epoch's
 // stages, fetcher and workers stop, and records still in flight finish or
 // are dropped. It reports false when the partition did not stop for a
 // rewind — it is stopping anyway, or its records did not stop in time (then
@@ -161,6 +162,7 @@ func (p *partitionRun) restartEpoch() bool {
 	e.refetch = max(e.refetch, p.fetchedEnd)
 	p.resumeAt(e.committed)
 	p.build()
+	e.sends.reset()
 	p.startEpoch(nil)
 	return true
 }
@@ -223,58 +225,168 @@ func (p *partitionRun) isAbandoned() bool {
 	return p.mu.abandoned
 }
 
-// enterCycle is called before a stage begins a record in exactly-once
-// mode. It returns with entering set once no cycle is running; while one
-// runs it waits. The cycle sets paused, then waits until every stage has
-// entering clear and nothing outstanding; the stage sets entering, then
-// checks paused. Go's atomics are sequentially consistent, so either the
-// stage sees paused (and waits), or the cycle sees entering (and waits for
-// leaveCycle, after which the record is counted in outstanding): no record
-// is begun unseen by a cycle's drain.
+// A cycle's cut (DESIGN.md "Exactly-once mode"). Exactly-once mode keeps
+// the admission step, so every stage begins its records in offset order:
+// the records a stage has begun are the offsets below its begin frontier.
+// A cycle does not pause the stages: it takes each stage's frontier — the
+// cut — and the transaction holds exactly the records below the cuts.
+// Records at or above a cut keep being begun and processed (their state
+// writes go to the store's pending writes, tagged with their offsets, as
+// before), but their sends — outputs and dead letters — are deferred
+// (sendGate): kept in the order they were issued and handed to the
+// Transactor only once the cycle's transaction has committed, as the first
+// sends of the next one. So no Produce is in progress while the cycle
+// commits (the Transactor's contract), and no output of a record above a
+// cut is in a transaction that commits positions below it.
 //
-// A key-scoped stage serves its gate while it waits (DESIGN.md
-// "Exactly-once with the key-scoped gate"): the records waiting there are
-// begun, so the cycle's drain waits for them, and they wait only for
-// records their leader has begun, which complete during the pause. Serving
-// begins nothing (it runs records already counted in outstanding), so the
-// drain's condition holds; a stage that slept on resumed instead would hold
-// them, and the drain would wait until the shutdown timeout and abort.
-func (s *stageRun) enterCycle(ctx context.Context) error {
-	e, g := &s.p.eos, s.kg
-	for {
-		s.entering.Store(true)
-		if !e.paused.Load() {
-			return nil
-		}
-		s.leaveCycle()
-		if g != nil {
-			if err := g.service(); err != nil {
-				return err
-			}
-		}
-		ch := e.resumed.wait()
-		var wk <-chan struct{}
-		if g != nil {
-			// Register, then check (see signal): a key handed back
-			// after the check wakes the wait.
-			if wk = g.wake.wait(); g.hasMoved.Load() {
-				continue
-			}
-		}
-		if !e.paused.Load() {
-			continue
-		}
-		select {
-		case <-ch:
-		case <-wk:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+// The set below the cuts is closed: a follower begins a record only once
+// its leader has begun every record the record's rule names (the
+// admission step; the offset gate needs them completed), so its records
+// below its cut depend only on leader records begun before — taking the
+// cuts from the last stage to the first makes those fall below the
+// leader's cut, which is taken later. The cycle waits until every record
+// below the cuts completed (pend), takes each stage's position as
+// min(contiguous position, cut) — records above the cut that completed
+// are left to the next cycle: the store's checkpoint persists only the
+// writes of records below the positions — and commits.
+
+// cutPoint is a stage's cut: its begin frontier and the stream time below
+// it (the stage's watermark once everything below the frontier completed).
+type cutPoint struct{ next, wm int64 }
+
+// takeCut takes the partition's cut (the coordinator, at a cycle's
+// start): under each stage's mu, which every begin holds, so a record is
+// begun either before the cut (counted in pend, its sends direct) or after
+// it (its sends deferred); from the last stage to the first (see above).
+func (p *partitionRun) takeCut() []cutPoint {
+	d := &p.eos.sends
+	cuts := make([]cutPoint, len(p.stages))
+	d.mu.Lock()
+	d.cut = make([]int64, len(p.stages))
+	for i := range d.cut {
+		d.cut[i] = math.MaxInt64 // until the stage's own cut below
+	}
+	d.mu.Unlock()
+	for i := len(p.stages) - 1; i >= 0; i-- {
+		s := p.stages[i]
+		s.mu.Lock()
+		f := s.begunNext
+		cuts[i] = cutPoint{next: f, wm: s.begunWM}
+		s.cutAt = f
+		s.pend.Store(s.live)
+		d.mu.Lock()
+		d.cut[i] = f
+		d.mu.Unlock()
+		s.mu.Unlock()
+	}
+	return cuts
+}
+
+// sendGate is where an exactly-once partition's sends go (sendTxn): to the
+// Transactor at once, or — for a record at or above its stage's cut while
+// a cycle is open — onto a list the coordinator flushes, in order, into
+// the next transaction once the cycle's transaction has committed. A send
+// issued while the flush runs waits for it (mu), so it cannot overtake a
+// deferred send of its stage: outputs keep their per-key order.
+type sendGate struct {
+	mu sync.Mutex
+	// cut is the open cycle's cut per stage (nil: no cycle is open, or its
+	// deferred sends were flushed).
+	cut []int64
+	// discard: the partition is being rewound (abort) or left the cycles:
+	// deferred sends, and any issued from now on, are dropped with their
+	// records (discardSend).
+	discard bool
+	list    []deferredSend
+}
+
+// deferredSend is one deferred send of record o of stage s: send with
+// msgs (a copy: the Producer must not retain the slice it is given, so the
+// stage reuses it).
+type deferredSend struct {
+	s    *stageRun
+	o    int64
+	sp   RecordSpan
+	send func([]Message)
+	msgs []Message
+}
+
+// sendTxn sends record o's outputs or dead letter (send(msgs)) in
+// exactly-once mode: now, or deferred (see sendGate).
+func (s *stageRun) sendTxn(o int64, sp RecordSpan, send func([]Message), msgs []Message) {
+	d := &s.p.eos.sends
+	d.mu.Lock()
+	switch {
+	case d.discard:
+		d.mu.Unlock()
+		s.discardSend(o, sp)
+		return
+	case d.cut != nil && o >= d.cut[s.idx]:
+		d.list = append(d.list, deferredSend{s: s, o: o, sp: sp, send: send, msgs: slices.Clone(msgs)})
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	send(msgs)
+}
+
+// errSendDiscarded ends the span of a record whose deferred send was
+// dropped.
+var errSendDiscarded = errors.New("chain: the transaction was aborted before the record's deferred send; the record is processed again")
+
+// discardSend drops record o, whose send was deferred past a cycle that
+// aborted (or whose partition left the cycles): it never completes in this
+// epoch, like the records in flight that a rewind's stop drops. Key-scoped
+// followers waiting for it are dropped too (doomFollowers): the rewind's
+// stop would otherwise wait for them until the shutdown timeout.
+func (s *stageRun) discardSend(o int64, sp RecordSpan) {
+	endSpan(sp, OutcomeDropped, errSendDiscarded)
+	s.doomFollowers()
+	s.drop(o)
+}
+
+// deferAll makes a partition that registers while a cycle runs defer
+// every send until that cycle ended: it is not in the cycle, and nothing
+// of it may be in the cycle's transaction.
+func (d *sendGate) deferAll(stages int) {
+	d.mu.Lock()
+	d.cut = make([]int64, stages)
+	for i := range d.cut {
+		d.cut[i] = math.MinInt64
+	}
+	d.mu.Unlock()
+}
+
+// flush hands the deferred sends to the Transactor, in the order they were
+// issued, and ends the deferral (the coordinator, after the cycle's
+// transaction ended, before the next cycle).
+func (d *sendGate) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range d.list {
+		x := &d.list[i]
+		x.send(x.msgs)
+		*x = deferredSend{}
+	}
+	d.list, d.cut = d.list[:0], nil
+}
+
+// drop discards the deferred sends and every later one (discardSend).
+func (d *sendGate) drop() {
+	d.mu.Lock()
+	d.discard = true
+	list := d.list
+	d.list, d.cut = nil, nil
+	d.mu.Unlock()
+	for _, x := range list {
+		x.s.discardSend(x.o, x.sp)
 	}
 }
 
-// leaveCycle ends enterCycle (after the record was begun, or not).
-func (s *stageRun) leaveCycle() {
-	s.entering.Store(false)
-	s.drained.notify()
+// reset makes a rewound partition's sends direct again (its old epoch has
+// stopped: nothing of it sends any more).
+func (d *sendGate) reset() {
+	d.mu.Lock()
+	d.discard, d.list, d.cut = false, nil, nil
+	d.mu.Unlock()
 }

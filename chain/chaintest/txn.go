@@ -36,6 +36,7 @@ type Transactor struct {
 		commits     int
 		aborts      int
 		beforeCmt   func()
+		attempt     []chain.TxnOffset
 		beforeAbort func()
 		log         []Txn
 	}
@@ -147,6 +148,15 @@ func (x *Transactor) BeforeAbort(fn func()) {
 	x.mu.Unlock()
 }
 
+// Attempted returns the offsets of the latest Commit call (recorded before
+// its BeforeCommit hook runs, so the hook can read them), whether or not it
+// committed.
+func (x *Transactor) Attempted() []chain.TxnOffset {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Clone(x.mu.attempt)
+}
+
 // Counts returns how many transactions committed and aborted (an Abort
 // with no transaction open counts for nothing).
 func (x *Transactor) Counts() (commits, aborts int) {
@@ -218,6 +228,7 @@ func (x *Transactor) AppendChangelog(_ context.Context, _ string, partition int3
 func (x *Transactor) Commit(_ context.Context, offsets []chain.TxnOffset) error {
 	x.mu.Lock()
 	hook := x.mu.beforeCmt
+	x.mu.attempt = slices.Clone(offsets)
 	x.mu.Unlock()
 	if hook != nil {
 		hook()

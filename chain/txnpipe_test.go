@@ -1,0 +1,248 @@
+package chain_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chaintest"
+	"github.com/differential-dev/differential/commit"
+)
+
+// An exactly-once cycle does not pause the stages (DESIGN.md "Exactly-once
+// mode"): it cuts each stage at its begin frontier, and while the cycle
+// drains what is below the cut and commits, the stages go on beginning and
+// processing the records above it, their sends deferred until the
+// transaction ended. These tests block a cycle's Commit and check that the
+// leader stage processes records at and above its cut meanwhile — with the
+// former pause it processed none — and that, whatever the blocked commit's
+// outcome (committed; failed and not committed: aborted and rewound;
+// reported failed but committed: resolved), read_committed readers see
+// every output and dead letter exactly once, each key's in offset order.
+func TestExactlyOnceStagesRunPastTheCutWhileTheCycleCommits(t *testing.T) {
+	for _, outcome := range []string{"committed", "aborted", "lost-result"} {
+		for _, scope := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprintf("%s/%s/%d", outcome, scope, seed), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) { testRunPastTheCut(t, outcome, scope, seed) })
+				})
+			}
+		}
+	}
+}
+
+func testRunPastTheCut(t *testing.T, outcome string, scope chain.GateScope, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 91))
+	calls := new(callCounter)
+	stages := resolveStages(scope, calls)
+	// The leader notes the highest offset it processed while the commit
+	// was blocked.
+	var blocked atomic.Bool
+	var maxWhileBlocked atomic.Int64
+	maxWhileBlocked.Store(-1)
+	inner := stages[0].Processor
+	stages[0].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+		if blocked.Load() {
+			for {
+				m := maxWhileBlocked.Load()
+				if e.Offset <= m || maxWhileBlocked.CompareAndSwap(m, e.Offset) {
+					break
+				}
+			}
+		}
+		return inner.Process(ctx, pc, e)
+	})
+	tt, x, _ := eosTester(t, stages, chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
+	if rng.IntN(2) == 0 {
+		tt.SetAckMode(chaintest.AckAsync)
+	}
+	tt.Start(0)
+	const n = 600
+	recs := resolveRecords(0, n)
+	first := 40 + rng.IntN(80)
+	tt.Append(0, recs[:first]...)
+	tt.WaitIdle()
+	tt.WaitCommitted(0, int64(first))
+
+	// Block the next Commit that holds offsets.
+	var armed atomic.Bool
+	armed.Store(true)
+	entered := make(chan []chain.TxnOffset, 1)
+	release := make(chan struct{})
+	x.BeforeCommit(func() {
+		offs := x.Attempted()
+		if len(offs) == 0 || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		switch outcome {
+		case "aborted":
+			x.FailCommits(1)
+		case "lost-result":
+			x.LoseCommitResults(1)
+		}
+		blocked.Store(true)
+		entered <- offs
+		<-release
+		blocked.Store(false)
+	})
+	for i := first; i < n; {
+		k := min(n-i, 1+rng.IntN(150))
+		tt.Append(0, recs[i:i+k]...)
+		i += k
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+	}
+	offs := <-entered
+	st, ok := commit.DecodeState(offs[0].Metadata, offs[0].Offset, []string{"click", "install", "purchase"})
+	require.True(t, ok)
+	cut := st.Stages[0].Next
+	// The stages run while the commit is blocked.
+	time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
+	synctest.Wait()
+	past := maxWhileBlocked.Load()
+	close(release)
+	x.BeforeCommit(nil)
+	require.GreaterOrEqual(t, past, cut,
+		"the leader processed records at or above its cut %d while the cycle's commit was blocked", cut)
+
+	tt.WaitIdle()
+	tt.WaitCommitted(0, n)
+	require.NoError(t, tt.Stop())
+	_, aborts := x.Counts()
+	res := x.Resolved()
+	switch outcome {
+	case "aborted":
+		require.Equal(t, 1, aborts, "the failed cycle was aborted")
+		require.Equal(t, chaintest.Resolutions{NotCommitted: 1}, res)
+	case "lost-result":
+		require.Zero(t, aborts)
+		require.Equal(t, chaintest.Resolutions{Committed: 1}, res)
+		require.Equal(t, validCount(recs), calls.total(), "nothing was processed twice: nothing was rewound")
+	default:
+		require.Zero(t, aborts)
+		require.Equal(t, validCount(recs), calls.total(), "nothing was processed twice")
+	}
+	requireVisibleOnce(t, tt, outcome)
+	requireKeyOrder(t, tt)
+}
+
+// requireKeyOrder checks that read_committed readers see each key's
+// outputs of each stage, and each key's dead letters, in offset order.
+func requireKeyOrder(t *testing.T, tt *chaintest.Tester) {
+	t.Helper()
+	last := map[string]int64{}
+	for _, m := range tt.Outputs("output") {
+		// "stage@offset key=n"
+		id, _, _ := strings.Cut(string(m.Value), " ")
+		stage, off, _ := strings.Cut(id, "@")
+		o, err := strconv.ParseInt(off, 10, 64)
+		require.NoError(t, err)
+		k := stage + "/" + string(m.Key)
+		if p, ok := last[k]; ok {
+			require.Greater(t, o, p, "stage %s key %s: outputs in offset order", stage, m.Key)
+		}
+		last[k] = o
+	}
+	clear(last)
+	for _, m := range tt.Outputs("dlq") {
+		o, err := strconv.ParseInt(strings.TrimPrefix(string(m.Value), "bad-"), 10, 64)
+		require.NoError(t, err)
+		k := string(m.Key)
+		if p, ok := last[k]; ok {
+			require.Greater(t, o, p, "key %s: dead letters in offset order", m.Key)
+		}
+		last[k] = o
+	}
+}
+
+// A stop (revoke, shutdown) while a cycle's Commit is blocked and the
+// stages have records past the cut whose sends are deferred: the stopping
+// partition waits for them, they complete once the cycle committed and
+// flushed them into the next transaction, and the partition's final cycle
+// commits — no deadlock, nothing waits the shutdown timeout. The restart
+// repeats nothing, and read_committed readers see every output and dead
+// letter once, in per-key order. With a failed commit (aborted) instead,
+// the deferred records are dropped with the aborted cycle and the stop
+// ends with the abort (ErrTxnAborted); the restart processes them again.
+func TestExactlyOnceStopWhileTheCycleCommitsWithDeferredSends(t *testing.T) {
+	for _, outcome := range []string{"committed", "aborted"} {
+		for _, scope := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
+			for seed := range uint64(2) {
+				t.Run(fmt.Sprintf("%s/%s/%d", outcome, scope, seed), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) { testStopWhileCommitting(t, outcome, scope, seed) })
+				})
+			}
+		}
+	}
+}
+
+func testStopWhileCommitting(t *testing.T, outcome string, scope chain.GateScope, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 17))
+	tt, x, _ := eosTester(t, resolveStages(scope, new(callCounter)),
+		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
+	if rng.IntN(2) == 0 {
+		tt.SetAckMode(chaintest.AckAsync)
+	}
+	tt.Start(0)
+	const n = 400
+	recs := resolveRecords(0, n)
+	first := 40 + rng.IntN(60)
+	tt.Append(0, recs[:first]...)
+	tt.WaitIdle()
+	tt.WaitCommitted(0, int64(first))
+
+	var armed atomic.Bool
+	armed.Store(true)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	x.BeforeCommit(func() {
+		if len(x.Attempted()) == 0 || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		if outcome == "aborted" {
+			x.FailCommits(1)
+		}
+		close(entered)
+		<-release
+	})
+	tt.Append(0, recs[first:]...)
+	<-entered
+	time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+	pending := len(x.Pending())
+	stopped := make(chan error, 1)
+	go func() { stopped <- tt.Stop() }()
+	time.Sleep(10 * time.Millisecond)
+	synctest.Wait()
+	select {
+	case err := <-stopped:
+		close(release)
+		t.Fatalf("the stop returned (%v) while its cycle's commit was blocked", err)
+	default:
+	}
+	close(release)
+	x.BeforeCommit(nil)
+	start := time.Now()
+	err := <-stopped
+	require.Less(t, time.Since(start), hotShutdown, "the stop did not wait the shutdown timeout")
+	if outcome == "aborted" {
+		require.ErrorIs(t, err, chain.ErrTxnAborted)
+	} else {
+		require.NoError(t, err)
+	}
+	t.Logf("%d outputs of the blocked transaction pending at the stop", pending)
+
+	tt.Start(0)
+	tt.WaitIdle()
+	tt.WaitCommitted(0, n)
+	require.NoError(t, tt.Stop())
+	requireVisibleOnce(t, tt, outcome)
+	requireKeyOrder(t, tt)
+}
