@@ -627,8 +627,9 @@ type txnPrepared struct {
 // most its cut: records above the cut belong to the next cycle; below the
 // cut, the completed set must be exactly the prefix below the position —
 // records completed above it would have their outputs in the transaction
-// and be processed again after a restart), the store checkpoint and its
-// changelog records (appended inside the transaction), the commit
+// and be processed again after a restart; the offsets an earlier run
+// completed above it are carried, see carriedAbove), the store checkpoint
+// and its changelog records (appended inside the transaction), the commit
 // metadata.
 func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutPoint) (*txnPrepared, error) {
 	cps := make([]commit.Checkpoint, len(p.stages))
@@ -638,14 +639,25 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 		above := 0
 		if next >= cut[i].next {
 			next, wm = cut[i].next, cut[i].wm
-		} else {
+		}
+		var carried []int64
+		if i < len(p.eos.committed) {
+			carried = carriedAbove(p.eos.committed[i].Above, next)
+		}
+		if next < cut[i].next {
 			// A record below the cut was dropped (its record failed, or
 			// the transaction did): whatever completed above it may be
-			// below the cut, its outputs in the transaction.
+			// below the cut, its outputs in the transaction — except the
+			// carried offsets, completed by an earlier run.
 			above = s.tracker.CompletedAbove()
+			for _, o := range carried {
+				if o > next && !s.tracker.PreCompleted(o) {
+					above--
+				}
+			}
 		}
 		s.mu.Unlock()
-		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm}
+		cps[i] = commit.Checkpoint{Stage: s.name, Next: next, Watermark: wm, Above: carried}
 		s.noteProgress(next)
 		if above > 0 {
 			return nil, fmt.Errorf("partition %s/%d stage %q: %d records completed above the position %d (a record before them failed); their outputs may be in the transaction",
@@ -678,6 +690,21 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 		return nil, fmt.Errorf("partition %s/%d: commit: %w", p.topic, p.partition, err)
 	}
 	return pr, nil
+}
+
+// carriedAbove is the part at or above next of the offsets the last
+// committed cycle carried above a stage's position (from the restored
+// checkpoint at first: the completed-above set of an at-least-once run).
+// This run skips them (their records were processed and their outputs
+// produced by the run that completed them), so every cycle carries them
+// until its position passes them: a restart, or a rewind to the cycle,
+// must skip them too. Nil when none is left.
+func carriedAbove(committed []int64, next int64) []int64 {
+	i, _ := slices.BinarySearch(committed, next)
+	if i == len(committed) {
+		return nil
+	}
+	return slices.Clone(committed[i:])
 }
 
 func (pr *txnPrepared) abort() {
