@@ -117,3 +117,81 @@ func TestRecordTooLargeToDeadLetterDoesNotStopThePartition(t *testing.T) {
 	require.LessOrEqual(t, len(got[0].Value), chain.MinDeadLetterBytes)
 	require.True(t, bytes.HasPrefix(big, got[0].Value))
 }
+
+// refusedBatchDeadLetters are two dead letters to dlq, a 200 kB one (above
+// the topic's max.message.bytes of 100 kB, below the chain's dead-letter
+// cap) and a small one, and the producer configuration that puts them in
+// one batch: Flush.Messages = 2 (Flush.Frequency sends a message left
+// alone). Both brokers refuse the batch as a whole: kfake and Kafka weigh
+// the batch against max.message.bytes.
+func refusedBatchDeadLetters(t *testing.T, b *testbroker.Broker) (dlq string, big, small chain.Message, cfg *sarama.Config) {
+	t.Helper()
+	dlq = topicWithMax(t, b, 100_000)
+	reason := errors.New("undecodable")
+	big = chain.DeadLetter(dlq, "click", &chain.Record{Topic: "input", Offset: 0, Value: bytes.Repeat([]byte("x"), 200_000)}, reason, chain.DefaultMaxDeadLetterBytes)
+	small = chain.DeadLetter(dlq, "click", &chain.Record{Topic: "input", Offset: 1, Value: []byte("small")}, reason, chain.DefaultMaxDeadLetterBytes)
+	cfg = b.Config()
+	cfg.Producer.Flush.Messages = 2
+	cfg.Producer.Flush.Frequency = 200 * time.Millisecond
+	return dlq, big, small, cfg
+}
+
+// deadLetters reads dlq's records by the offset they dead-letter.
+func deadLetters(t *testing.T, b *testbroker.Broker, dlq string, readCommitted bool) map[string][]*sarama.ConsumerMessage {
+	t.Helper()
+	out := map[string][]*sarama.ConsumerMessage{}
+	for _, m := range b.ReadAll(t, dlq, readCommitted)[0] {
+		for _, h := range m.Headers {
+			if string(h.Key) == chain.HeaderDLQOffset {
+				out[string(h.Value)] = append(out[string(h.Value)], m)
+			}
+		}
+	}
+	return out
+}
+
+func truncated(m *sarama.ConsumerMessage) bool {
+	for _, h := range m.Headers {
+		if string(h.Key) == chain.HeaderDLQTruncated {
+			return true
+		}
+	}
+	return false
+}
+
+// TestProducerResendsAloneWhatARefusedBatchHeld: a small dead letter
+// batched with an oversized one is refused with it (MESSAGE_TOO_LARGE for
+// the batch); the Producer sends it again alone, and it is written whole.
+// The oversized one, refused alone too, gets chain.ErrMessageTooLarge and
+// its minimal dead letter is written. Runs on kfake and on a real broker.
+func TestProducerResendsAloneWhatARefusedBatchHeld(t *testing.T) {
+	b := testbroker.New(t)
+	dlq, big, small, cfg := refusedBatchDeadLetters(t, b)
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: b.Addrs(), Sarama: cfg, Logger: testLogger(t)})
+	require.NoError(t, err)
+
+	// Produce alone: the big one's own result.
+	direct, dSmall := newDone(), newDone()
+	p.Produce(context.Background(), []chain.Message{big}, direct.done)
+	p.Produce(context.Background(), []chain.Message{small}, dSmall.done)
+	require.ErrorIs(t, direct.wait(t), chain.ErrMessageTooLarge, "refused alone: too large")
+	require.NoError(t, dSmall.wait(t), "the small one fits alone")
+
+	// As the chain sends dead letters: both end up written.
+	dBig, dSmall := newDone(), newDone()
+	chain.ProduceDeadLetter(context.Background(), p, big, dBig.done)
+	chain.ProduceDeadLetter(context.Background(), p, small, dSmall.done)
+	require.NoError(t, dSmall.wait(t))
+	require.NoError(t, dBig.wait(t))
+	require.NoError(t, p.Close())
+
+	got := deadLetters(t, b, dlq, false)
+	require.Len(t, got["1"], 2, "the small dead letter, written once per call")
+	for _, m := range got["1"] {
+		require.False(t, truncated(m))
+		require.Equal(t, "small", string(m.Value))
+	}
+	require.Len(t, got["0"], 1, "the big one's minimal dead letter")
+	require.True(t, truncated(got["0"][0]))
+	require.LessOrEqual(t, len(got["0"][0].Value), chain.MinDeadLetterBytes)
+}

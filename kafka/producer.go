@@ -113,6 +113,18 @@ type Producer struct {
 	ap  sarama.AsyncProducer
 	log *slog.Logger
 
+	// A message the brokers refused for its size may have been refused
+	// for its batch's (max.message.bytes bounds a batch): it is sent again
+	// alone, by a producer that sends one message per request, created on
+	// the first refusal. Only a message refused alone is too large.
+	brokers []string
+	sc      *sarama.Config
+	alone   struct {
+		sync.Mutex
+		p sarama.SyncProducer
+	}
+	resends sync.WaitGroup
+
 	// mu is held for reading while Produce sends to the producer's input,
 	// and for writing by Close, so no send races the input's closing.
 	mu     sync.RWMutex
@@ -156,7 +168,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
-	p := &Producer{ap: ap, log: log}
+	p := &Producer{ap: ap, log: log, brokers: cfg.Brokers, sc: sc}
 	p.readers.Go(func() {
 		for m := range ap.Successes() {
 			if g, ok := m.Metadata.(*ackGroup); ok {
@@ -167,19 +179,73 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	p.readers.Go(func() {
 		for pe := range ap.Errors() {
 			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
-				if tooLarge(pe.Err) {
+				switch {
+				case refusedAlone(pe.Err):
 					// The chain dead-letters such a message minimal instead
 					// of failing its partition (chain.ProduceDeadLetter).
 					g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
-					continue
+				case tooLarge(pe.Err):
+					// Nothing of the refused batch was written: sending
+					// the message again duplicates nothing.
+					msg := pe.Msg
+					p.resends.Go(func() { g.ack(p.sendAlone(msg)) })
+				default:
+					g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
 				}
-				g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
 			} else {
 				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
 			}
 		}
 	})
 	return p, nil
+}
+
+// refusedAlone reports whether err refuses one message for its own size:
+// the client's Producer.MaxMessageBytes check, which weighs each message
+// alone. A broker's MESSAGE_TOO_LARGE refuses a whole batch.
+func refusedAlone(err error) bool {
+	var cerr sarama.ConfigurationError
+	return errors.As(err, &cerr) && tooLarge(err)
+}
+
+// sendAlone sends msg again in a request of its own and returns its
+// result: nil once acknowledged, an error wrapping chain.ErrMessageTooLarge
+// when the brokers refuse it alone.
+func (p *Producer) sendAlone(msg *sarama.ProducerMessage) error {
+	sp, err := p.aloneProducer()
+	if err != nil {
+		return fmt.Errorf("kafka: produce to %s: the batch was refused as too large, and a producer to send the message alone: %w", msg.Topic, err)
+	}
+	again := &sarama.ProducerMessage{Topic: msg.Topic, Key: msg.Key, Value: msg.Value, Headers: msg.Headers, Timestamp: msg.Timestamp}
+	if _, _, err := sp.SendMessage(again); err != nil {
+		if tooLarge(err) {
+			return fmt.Errorf("kafka: produce to %s: %w: refused alone (%d bytes): %w", msg.Topic, chain.ErrMessageTooLarge, again.ByteSize(2), err)
+		}
+		return fmt.Errorf("kafka: produce to %s (sent alone after its batch was refused as too large): %w", msg.Topic, err)
+	}
+	p.log.Debug("a message of a batch refused as too large was accepted alone", "topic", msg.Topic, "partition", again.Partition, "offset", again.Offset)
+	return nil
+}
+
+// aloneProducer returns the producer that sends one message per request,
+// creating it on first use: an idempotent producer on a client of its
+// own, with the Producer's configuration but no batching.
+func (p *Producer) aloneProducer() (sarama.SyncProducer, error) {
+	p.alone.Lock()
+	defer p.alone.Unlock()
+	if p.alone.p != nil {
+		return p.alone.p, nil
+	}
+	sc := *p.sc
+	sc.ClientID += "-alone"
+	sc.Producer.Flush.Bytes, sc.Producer.Flush.Messages, sc.Producer.Flush.Frequency = 0, 0, 0
+	sc.Producer.Flush.MaxMessages = 1
+	sp, err := sarama.NewSyncProducer(p.brokers, &sc)
+	if err != nil {
+		return nil, err
+	}
+	p.alone.p = sp
+	return sp, nil
 }
 
 // Produce implements chain.Producer: it hands msgs to the producer (blocking
@@ -248,5 +314,13 @@ func (p *Producer) Close() error {
 	// readers must see every error to call its done.
 	p.ap.AsyncClose()
 	p.readers.Wait()
+	p.resends.Wait()
+	p.alone.Lock()
+	defer p.alone.Unlock()
+	if p.alone.p != nil {
+		if err := p.alone.p.Close(); err != nil {
+			return fmt.Errorf("kafka: close the producer of messages sent alone: %w", err)
+		}
+	}
 	return nil
 }
