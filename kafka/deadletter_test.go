@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,4 +195,106 @@ func TestProducerResendsAloneWhatARefusedBatchHeld(t *testing.T) {
 	require.Len(t, got["0"], 1, "the big one's minimal dead letter")
 	require.True(t, truncated(got["0"][0]))
 	require.LessOrEqual(t, len(got["0"][0].Value), chain.MinDeadLetterBytes)
+}
+
+// TestTransactorLearnsASizeLimitOnlyFromAMessageRefusedAlone: in
+// exactly-once mode a 200 kB dead letter and a small one go out in one
+// batch (Flush.Messages = 2) to a dead-letter topic whose max.message.bytes
+// is 100 kB. The brokers refuse the batch; the Transactor must not take the
+// small one's size for the topic's limit (the rewound cycle would then
+// refuse even the minimal dead letter, and the partition fail at every
+// restart): the rewound cycle sends them alone, learns the limit from the
+// big one, and then writes its minimal dead letter and the small one whole.
+// Once the topic's limit is raised and the learned one has expired, the
+// next big dead letter is probed again and written whole, without a restart.
+// Runs on kfake and on a real broker.
+func TestTransactorLearnsASizeLimitOnlyFromAMessageRefusedAlone(t *testing.T) {
+	b := testbroker.New(t)
+	topic := b.Topic(t, 1)
+	dlq, _, _, cfg := refusedBatchDeadLetters(t, b)
+	group := testbroker.Name(t, "group")
+	huge := bytes.Repeat([]byte("x"), 200_000) // no separator: the decoder rejects it
+	b.Produce(t, topic,
+		&sarama.ProducerMessage{Value: sarama.StringEncoder("click|0")},
+		&sarama.ProducerMessage{Value: sarama.ByteEncoder(huge)},
+		&sarama.ProducerMessage{Value: sarama.StringEncoder("small")},
+		&sarama.ProducerMessage{Value: sarama.StringEncoder("click|1")},
+	)
+
+	tx, err := kafka.NewTransactor(kafka.TransactorConfig{Brokers: b.Addrs(), TransactionalID: testbroker.Name(t, "txn"),
+		Timeout: 5 * time.Second, Sarama: cfg, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Close()) }()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	kafka.SetTransactorClock(tx, func() time.Time { return time.Unix(0, clock.Load()) })
+
+	noop := chain.ProcessorFunc(func(context.Context, *chain.Context, *chain.Event) error { return nil })
+	w := &commitWaiter{want: 4, ch: make(chan struct{})}
+	m := runMember(t, groupConfig(b, topic, group, t), func(*member) *chain.Chain {
+		ch, err := chain.New([]chain.Stage{{Name: "click", Processor: noop}}, decoder,
+			chainOptions(t, w, chain.WithExactlyOnce(tx), chain.WithDLQTopic(dlq))...)
+		require.NoError(t, err)
+		return ch
+	})
+	select {
+	case <-w.ch:
+	case <-m.done:
+		t.Fatalf("Run ended before the commit past the dead letters: %v", m.err)
+	case <-time.After(waitTimeout):
+		t.Fatal("no commit past the dead letters")
+	}
+
+	// The topic's limit is raised; once the learned limit expires, a big
+	// dead letter is sent whole.
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close()) }()
+	raised := "1000000"
+	require.NoError(t, admin.AlterConfig(sarama.TopicResource, dlq, map[string]*string{"max.message.bytes": &raised}, false))
+	awaitTopicConfig(t, admin, dlq, "max.message.bytes", raised)
+	clock.Add(int64(kafka.SizeProbeAfter()))
+	w2 := &commitWaiter{want: 5, ch: make(chan struct{})}
+	w.mu.Lock()
+	w.want, w.ch, w.fired = w2.want, w2.ch, false
+	w.mu.Unlock()
+	b.Produce(t, topic, &sarama.ProducerMessage{Value: sarama.ByteEncoder(huge)})
+	select {
+	case <-w2.ch:
+	case <-m.done:
+		t.Fatalf("Run ended before the commit past the last dead letter: %v", m.err)
+	case <-time.After(waitTimeout):
+		t.Fatal("no commit past the last dead letter")
+	}
+	err, _ = m.stop(t)
+	require.NoError(t, err)
+
+	b.WaitStable(t, dlq)
+	got := deadLetters(t, b, dlq, true)
+	require.Len(t, got["2"], 1, "the small dead letter, once")
+	require.False(t, truncated(got["2"][0]), "the small dead letter, whole")
+	require.Len(t, got["1"], 1, "the big dead letter's minimal one, once")
+	require.True(t, truncated(got["1"][0]))
+	require.LessOrEqual(t, len(got["1"][0].Value), chain.MinDeadLetterBytes)
+	require.Len(t, got["4"], 1, "the dead letter after the limit was raised, once")
+	require.False(t, truncated(got["4"][0]), "written whole: the expired limit was probed again")
+	require.Len(t, got["4"][0].Value, len(huge))
+}
+
+// awaitTopicConfig waits until the brokers describe topic's config name as
+// value.
+func awaitTopicConfig(t *testing.T, admin sarama.ClusterAdmin, topic, name, value string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}})
+		require.NoError(t, err)
+		for _, e := range entries {
+			if e.Name == name && e.Value == value {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "topic %s: %s did not become %s", topic, name, value)
+		time.Sleep(50 * time.Millisecond) // polling the brokers' state: no event to wait on
+	}
 }

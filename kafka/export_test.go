@@ -35,3 +35,12 @@ func SetCommitFaults(t *Transactor, before, after func() error) {
 func NewTestCommitter(client sarama.Client, group, topic string, partition int32) chain.Committer {
 	return &partitionCommitter{o: newOffsets(client, group), topic: topic, partition: partition}
 }
+
+// SetTransactorClock replaces the clock t's size limits are learned and
+// expire by (sizeProbeAfter).
+func SetTransactorClock(t *Transactor, now func() time.Time) {
+	t.now = now
+}
+
+// SizeProbeAfter is how long a Transactor trusts a learned size limit.
+func SizeProbeAfter() time.Duration { return sizeProbeAfter }

@@ -151,11 +151,13 @@ type Transactor struct {
 	txMu sync.Mutex
 	open bool
 
-	// limits remembers, per topic, the smallest message size a broker
-	// refused as too large (bytes): a send of that size or more fails
-	// before it is sent (chain.ErrMessageTooLarge), because in a
-	// transaction every failed send also fails the transaction.
-	limits sync.Map // topic -> int
+	// topics remembers, per topic, what the brokers accept (topicSizes):
+	// a send at or above a size limit learned from a message refused
+	// alone fails before it is sent (chain.ErrMessageTooLarge), because in
+	// a transaction every failed send also fails the transaction.
+	topics sync.Map // topic -> *topicSizes
+	// now is the clock of topicSizes (tests set another: export_test.go).
+	now func() time.Time
 
 	// faults are tests' (export_test.go): Commit fails with before's error
 	// just before CommitTxn (the transaction still open), or with after's
@@ -185,7 +187,7 @@ func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
-	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID)}
+	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID), now: time.Now}
 	if err := retryStart(t.log, startAttempts, time.Second, t.startProducer); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: transactional producer %q: %w", cfg.TransactionalID, explainTxn(err))
@@ -238,8 +240,9 @@ func (t *Transactor) startProducer() error {
 	reads.Go(func() {
 		for m := range ap.Successes() {
 			switch w := m.Metadata.(type) {
-			case *ackGroup:
-				w.ack(nil)
+			case *txnSend:
+				w.resolve(nil, t.now())
+				w.g.ack(nil)
 			case *appendWaiter:
 				w.ack(m.Offset, nil)
 			}
@@ -247,11 +250,11 @@ func (t *Transactor) startProducer() error {
 	})
 	reads.Go(func() {
 		for pe := range ap.Errors() {
-			t.noteTooLarge(pe)
 			err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
 			switch w := pe.Msg.Metadata.(type) {
-			case *ackGroup:
-				w.ack(err)
+			case *txnSend:
+				w.resolve(pe.Err, t.now())
+				w.g.ack(err)
 			case *appendWaiter:
 				w.ack(-1, err)
 			default:
@@ -320,34 +323,21 @@ func (t *Transactor) stopProducer() {
 	t.open = false
 }
 
-// noteTooLarge remembers a broker's refusal of a message for its size.
-func (t *Transactor) noteTooLarge(pe *sarama.ProducerError) {
-	if !tooLarge(pe.Err) {
-		return
-	}
-	size := pe.Msg.ByteSize(2)
-	for {
-		prev, loaded := t.limits.LoadOrStore(pe.Msg.Topic, size)
-		if !loaded || prev.(int) <= size || t.limits.CompareAndSwap(pe.Msg.Topic, prev, size) {
-			return
-		}
-	}
-}
-
 // checkSize fails a message before it is sent when it is larger than the
-// producer (Producer.MaxMessageBytes) or the broker (a refusal seen before)
-// accepts: in a transaction a failed send fails the whole transaction, so
-// the chain's fallback (a minimal dead letter) must see the refusal without
-// a send.
-func (t *Transactor) checkSize(pm *sarama.ProducerMessage) error {
-	size := pm.ByteSize(2)
+// producer (Producer.MaxMessageBytes) or the broker (a limit learned from a
+// message refused alone, see topicSizes) accepts: in a transaction a failed
+// send fails the whole transaction, so the chain's fallback (a minimal dead
+// letter) must see the refusal without a send. alone says the message must
+// be the only one in flight to its topic when it is sent.
+func (t *Transactor) checkSize(pm *sarama.ProducerMessage, ts *topicSizes, size int) (alone bool, err error) {
 	if size > t.sc.Producer.MaxMessageBytes {
-		return fmt.Errorf("kafka: produce to %s: %w: %d bytes > Producer.MaxMessageBytes %d", pm.Topic, chain.ErrMessageTooLarge, size, t.sc.Producer.MaxMessageBytes)
+		return false, fmt.Errorf("kafka: produce to %s: %w: %d bytes > Producer.MaxMessageBytes %d", pm.Topic, chain.ErrMessageTooLarge, size, t.sc.Producer.MaxMessageBytes)
 	}
-	if limit, ok := t.limits.Load(pm.Topic); ok && size >= limit.(int) {
-		return fmt.Errorf("kafka: produce to %s: %w: %d bytes (the broker refused %d)", pm.Topic, chain.ErrMessageTooLarge, size, limit.(int))
+	limit, alone := ts.check(size, t.now())
+	if limit > 0 {
+		return false, fmt.Errorf("kafka: produce to %s: %w: %d bytes (the broker refused %d bytes sent alone)", pm.Topic, chain.ErrMessageTooLarge, size, limit)
 	}
-	return nil
+	return alone, nil
 }
 
 // errNoSession: the last attempt to start a producer session failed; the
@@ -375,6 +365,8 @@ func (t *Transactor) beginLocked() error {
 // one when none is). done gets nil once every message is acknowledged;
 // errors wrap chain.ErrTransaction, except a message too large, which
 // wraps chain.ErrMessageTooLarge and is refused before anything is sent.
+// A message that must be sent alone (topicSizes) waits for its topic's
+// messages in flight, and holds back the next ones until it is resolved.
 func (t *Transactor) Produce(ctx context.Context, msgs []chain.Message, done func(error)) {
 	if len(msgs) == 0 {
 		done(nil)
@@ -388,11 +380,15 @@ func (t *Transactor) Produce(ctx context.Context, msgs []chain.Message, done fun
 	}
 	g.remaining.Store(int64(len(msgs)))
 	for i := range msgs {
-		pms[i] = toProducerMessage(&msgs[i], g)
-		if err := t.checkSize(pms[i]); err != nil {
+		pms[i] = toProducerMessage(&msgs[i], nil)
+		w := &txnSend{g: g, ts: t.sizes(pms[i].Topic), size: messageSize(pms[i])}
+		alone, err := t.checkSize(pms[i], w.ts, w.size)
+		if err != nil {
 			g.ack(err)
 			return
 		}
+		w.alone = alone
+		pms[i].Metadata = w
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -406,11 +402,17 @@ func (t *Transactor) Produce(ctx context.Context, msgs []chain.Message, done fun
 	}
 	t.track(g, g.ack)
 	for _, pm := range pms {
+		w := pm.Metadata.(*txnSend)
+		// Messages of the transaction may have been sent: it must not
+		// commit without the rest.
+		if err := w.ts.acquire(ctx, w.alone); err != nil {
+			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w: %w", pm.Topic, chain.ErrTransaction, err))
+			return
+		}
 		select {
 		case t.ap.Input() <- pm:
 		case <-ctx.Done():
-			// Messages of the transaction may have been sent: it must not
-			// commit without the rest.
+			w.resolve(ctx.Err(), t.now())
 			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w: %w", pm.Topic, chain.ErrTransaction, ctx.Err()))
 			return
 		}
