@@ -126,9 +126,17 @@ type committed struct {
 	metadata string
 }
 
-// fetch returns the committed offsets and metadata of the partitions; with
-// RequireStable when the client reads read_committed (and speaks 2.5).
+// fetch returns the committed offsets and metadata of the partitions; when
+// the client reads read_committed (and speaks 2.5), stable ones
+// (fetchStable): a partition's start then waits, in its session, until a
+// previous owner's open transaction holding offsets of the group has ended
+// — committed, or aborted by the transaction coordinator at its timeout —
+// instead of failing the session, which would make the member join the
+// group again (a rebalance of every member) until then.
 func (o *offsets) fetch(ctx context.Context, topic string, partitions []int32) (map[int32]committed, error) {
+	if cfg := o.client.Config(); cfg.Consumer.IsolationLevel == sarama.ReadCommitted && cfg.Version.IsAtLeast(sarama.V2_5_0_0) {
+		return o.fetchStable(ctx, topic, partitions)
+	}
 	return o.fetchOffsets(ctx, topic, partitions, false)
 }
 

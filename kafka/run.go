@@ -121,6 +121,16 @@ func (r *runner) consume(ctx context.Context, group sarama.ConsumerGroup) error 
 			continue
 		case errors.Is(err, sarama.ErrClosedConsumerGroup):
 			return nil
+		case errors.Is(err, sarama.ErrUnstableOffsetCommit):
+			// sarama's initial offset fetch (RequireStable, a few quick
+			// retries) failed the session: a previous owner's transaction
+			// holds offsets of the group until it ends (at the latest at
+			// its timeout). Joining again at once would fail the same way,
+			// a rebalance of every member each time: wait until the
+			// offsets are stable first.
+			r.waitStable(ctx)
+			backoff = 0
+			continue
 		case !transient(err):
 			if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
 				return fmt.Errorf("%w: %q on brokers %v: %w", ErrUnknownTopic, r.cfg.Topic, r.cfg.Brokers, err)
@@ -137,6 +147,24 @@ func (r *runner) consume(ctx context.Context, group sarama.ConsumerGroup) error 
 		}
 	}
 	return nil
+}
+
+// waitStable waits until the group's committed offsets of the topic are
+// stable (no transaction holds offsets of them), ctx ends, or the fetch
+// fails for another reason (logged: the next session tells).
+func (r *runner) waitStable(ctx context.Context) {
+	parts, err := r.offsets.client.Partitions(r.cfg.Topic)
+	if err == nil {
+		r.log.Info("an open transaction holds committed offsets of the group; waiting until it ends before joining again")
+		start := time.Now()
+		if _, err = r.offsets.fetchStable(ctx, r.cfg.Topic, parts); err == nil {
+			r.log.Info("the group's offsets are stable; joining again", "waited", time.Since(start))
+			return
+		}
+	}
+	if ctx.Err() == nil {
+		r.log.Warn("waiting for the group's offsets to be stable", "err", err)
+	}
 }
 
 // checkTopic fails clearly, and after sarama's bounded metadata retries
