@@ -2,6 +2,8 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,4 +180,52 @@ func TestFencedTransactorRecovers(t *testing.T) {
 	all := reference.Check(r.parts, r.cfg, reference.FromKafka(r.b.ReadAll(t, r.out, false)), nil,
 		reference.Options{Duplicates: reference.IdenticalDuplicates, Order: reference.AnyOrder})
 	t.Logf("read_uncommitted: %d repeated outputs (aborted transactions)", all.Outputs().IdenticalDuplicates)
+}
+
+// TestExactlyOnceStopUnderFaultsFinishesInsideTheRebalanceTimeout: an
+// exactly-once member is stopped while every commit of a transaction fails
+// (the coordinator refuses it before CommitTxn: each cycle is resolved as
+// not committed, aborted and rewound, with backoff). The stop must still
+// end inside the group's rebalance timeout (sarama's default, 60 s): a
+// revoked member that outlasts it is expelled mid-drain and its partitions'
+// next owner races it. Runs on kfake and on a real broker.
+func TestExactlyOnceStopUnderFaultsFinishesInsideTheRebalanceTimeout(t *testing.T) {
+	r := startEOS(t, 6000)
+	select {
+	case <-r.committedOnce:
+	case <-time.After(time.Minute):
+		t.Fatal("no commit within a minute")
+	}
+	var refused atomic.Int32
+	failing := make(chan struct{})
+	kafka.SetCommitFaults(r.tx, func() error {
+		if refused.Add(1) == 3 {
+			close(failing)
+		}
+		return errors.New("test: the transaction coordinator refuses the commit")
+	}, nil)
+	// Let a few cycles fail before the stop comes.
+	select {
+	case <-failing:
+	case err := <-r.ran:
+		t.Fatalf("Run ended under the commit faults: %v", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("cycles did not fail")
+	}
+	start := time.Now()
+	r.cancel()
+	var err error
+	select {
+	case err = <-r.ran:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the stop did not finish")
+	}
+	took := time.Since(start)
+	r.ran <- nil // for the cleanup
+	rebalance := sarama.NewConfig().Consumer.Group.Rebalance.Timeout
+	t.Logf("stop under commit faults took %v (rebalance timeout %v, shutdown timeout 10s), %d commits refused, Run: %v", took.Round(time.Millisecond), rebalance, refused.Load(), err)
+	require.Less(t, took, rebalance, "the stop finished inside the rebalance timeout")
+	if err != nil {
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	}
 }
