@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/testbroker"
 	wl "github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
@@ -227,5 +229,88 @@ func TestExactlyOnceStopUnderFaultsFinishesInsideTheRebalanceTimeout(t *testing.
 	require.Less(t, took, rebalance, "the stop finished inside the rebalance timeout")
 	if err != nil {
 		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	}
+}
+
+// TestExactlyOnceAfterAtLeastOnceSkipsTheCarriedOffsets: the group's
+// commit is an at-least-once one carrying offset 5 above the position 0
+// (offset 5 completed by that run, its output already written: a clean
+// stop of the key-scoped gate leaves such commits). An exactly-once member
+// processes 0..4 and stops cleanly; its commit must still carry 5, so that
+// the next exactly-once member, once 5..9 exist, skips 5 and processes the
+// rest: every offset but 5 processed and output once, 5 never. Runs on
+// kfake and on a real broker.
+func TestExactlyOnceAfterAtLeastOnceSkipsTheCarriedOffsets(t *testing.T) {
+	b := testbroker.New(t)
+	in, out := b.Topic(t, 1), b.Topic(t, 1)
+	group := testbroker.Name(t, "group")
+	produce := func(from, to int) {
+		var msgs []*sarama.ProducerMessage
+		for i := from; i < to; i++ {
+			msgs = append(msgs, &sarama.ProducerMessage{Key: sarama.StringEncoder(fmt.Sprint("k", i)), Value: sarama.StringEncoder(fmt.Sprintf("click|%d", i))})
+		}
+		b.Produce(t, in, msgs...)
+	}
+	produce(0, 5)
+	md, err := commit.EncodeMetadata(0, []commit.Checkpoint{{Stage: "click", Next: 0, Above: []int64{5}}})
+	require.NoError(t, err)
+	cc := *b.Config()
+	cc.Version = sarama.V2_5_0_0
+	client, err := sarama.NewClient(b.Addrs(), &cc)
+	require.NoError(t, err)
+	require.NoError(t, kafka.NewTestCommitter(client, group, in, 0).Commit(context.Background(), 0, md))
+	require.NoError(t, client.Close())
+
+	var calls [10]atomic.Int32
+	run := func(upTo int64) {
+		tx, err := kafka.NewTransactor(kafka.TransactorConfig{Brokers: b.Addrs(), TransactionalID: testbroker.Name(t, "txn"),
+			Timeout: 5 * time.Second, Sarama: b.Config(), Logger: testLogger(t)})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, tx.Close()) }()
+		w := &commitWaiter{want: upTo, ch: make(chan struct{})}
+		proc := chain.ProcessorFunc(func(_ context.Context, pc *chain.Context, ev *chain.Event) error {
+			calls[ev.Offset].Add(1)
+			pc.Emit(chain.Message{Key: ev.Key, Value: fmt.Appendf(nil, "o=%d", ev.Offset)})
+			return nil
+		})
+		m := runMember(t, groupConfig(b, in, group, t), func(*member) *chain.Chain {
+			ch, err := chain.New([]chain.Stage{{Name: "click", Processor: proc}}, decoder,
+				chainOptions(t, w, chain.WithExactlyOnce(tx), chain.WithOutputTopic(out))...)
+			require.NoError(t, err)
+			return ch
+		})
+		select {
+		case <-w.ch:
+		case <-m.done:
+			t.Fatalf("Run ended: %v", m.err)
+		case <-time.After(waitTimeout):
+			t.Fatalf("no commit at %d", upTo)
+		}
+		err, _ = m.stop(t)
+		require.NoError(t, err)
+	}
+	run(5)
+	cps, ok := commit.DecodeMetadata(groupOffsets(t, b, group, in, []int32{0})[0].Metadata, 5, []string{"click"})
+	require.True(t, ok)
+	require.Equal(t, []int64{5}, cps[0].Above, "the exactly-once commit at 5 still carries 5")
+	produce(5, 10)
+	run(10)
+
+	for o := range calls {
+		want := int32(1)
+		if o == 5 {
+			want = 0
+		}
+		require.Equal(t, want, calls[o].Load(), "offset %d processed %d times", o, calls[o].Load())
+	}
+	b.WaitStable(t, out)
+	seen := map[string]int{}
+	for _, m := range b.ReadAll(t, out, true)[0] {
+		seen[string(m.Value)]++
+	}
+	require.Len(t, seen, 9)
+	require.Zero(t, seen["o=5"])
+	for v, n := range seen {
+		require.Equal(t, 1, n, "output %s visible %d times", v, n)
 	}
 }
