@@ -144,7 +144,7 @@ func TestEOSCostQuick(t *testing.T) {
 	}
 }
 
-// TestEOSCostTarget: issue #12's target is checked on the 1 s row only, met
+// TestEOSCostTarget: The exactly-once cost target is checked on the 1 s row only, met
 // at ≤ 10 % in steady state, missed above it, and not met by a run that
 // was not steady.
 func TestEOSCostTarget(t *testing.T) {

@@ -183,7 +183,7 @@ func TestCascadedFloorIsAtLeastOneHorizon(t *testing.T) {
 	}
 }
 
-// The #13 floor target divides the chain's p99 by the rules' (cascaded)
+// The floor target divides the chain's p99 by the rules' (cascaded)
 // floor when the run has it, naming the one-horizon and admission ratios
 // beside it; a report without it (older JSON) keeps the one-horizon target.
 func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
@@ -221,9 +221,9 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.False(t, tg.Met)
 }
 
-// The #13 throughput target against DESIGN §6 names the most any engine
+// The throughput target against DESIGN.md "The micro-batch baseline" names the most any engine
 // obeying the rules could show against that run: the rules' bound under
-// the chain's gate scope on the chain's input ÷ DESIGN §6's measured rate.
+// the chain's gate scope on the chain's input ÷ the micro-batch baseline's measured rate.
 func TestDesign6ThroughputTargetNamesTheRulesBound(t *testing.T) {
 	eff := 0.94
 	w := WorkloadResult{Workload: "A", Gate: string(chain.GateKey),

@@ -69,8 +69,8 @@ type WorkloadResult struct {
 	// Strongest is the strongest micro-batch: per-key order, no linger,
 	// all partitions' checkpoints in one synced batch, commits in the
 	// background on a client of its own, at the batch size of the sweep's
-	// best run. Design6 is DESIGN §6's micro-batch as the seeds compared
-	// it: per-partition order, Options.BatchSize and BatchLinger, one
+	// best run. Design6 is the micro-batch baseline of DESIGN.md
+	// "The micro-batch baseline": per-partition order, Options.BatchSize and BatchLinger, one
 	// checkpoint per partition, synchronous commits.
 	Strongest *DesignResult `json:"microbatch_strongest"`
 	Design6   *DesignResult `json:"microbatch_design6"`
@@ -157,7 +157,7 @@ type DesignResult struct {
 	Steady bool `json:"steady"`
 	// Syncs counts the synced checkpoint writes inside the measured window
 	// (first record consumed → last complete): the chain's are one per
-	// partition and interval, DESIGN §6's one per partition and batch, the
+	// partition and interval, the micro-batch baseline's one per partition and batch, the
 	// strongest micro-batch's one per batch. CheckpointsMost is how many
 	// checkpoints the busiest partition got; Commits counts commits Kafka
 	// acknowledged.
@@ -254,19 +254,19 @@ type Comparison struct {
 	FloorP50ms *float64 `json:"floor_p50_ms,omitempty"`
 	FloorP99ms *float64 `json:"floor_p99_ms,omitempty"`
 	// RulesFloorP50ms and RulesFloorP99ms are the event-time floor the
-	// rules impose (cascadeFloors): DESIGN §3's gate of RulesFloorGate
+	// rules impose (cascadeFloors): the gate of DESIGN.md "Mechanisms" of RulesFloorGate
 	// applied stage after stage on the run's arrival times and cost draws,
 	// with unlimited workers and no overhead — a lower bound on any engine
-	// obeying the rules. The #13 target is chain p99 ÷ RulesFloorP99ms.
+	// obeying the rules. The target is chain p99 ÷ RulesFloorP99ms.
 	RulesFloorGate  string   `json:"rules_floor_gate,omitempty"`
 	RulesFloorP50ms *float64 `json:"rules_floor_p50_ms,omitempty"`
 	RulesFloorP99ms *float64 `json:"rules_floor_p99_ms,omitempty"`
 	// AdmissionFloorP50ms and AdmissionFloorP99ms (key gate only) add the
 	// admission step (chain/keygate.go: a follower begins records in offset
 	// order, each once its leader has begun everything up to
-	// q(t+Lateness)). At-least-once chains no longer have it (#13: they
+	// q(t+Lateness)). At-least-once chains do not have it (they
 	// carry the offsets completed above each position instead); exactly-once
-	// mode and chain.WithAdmissionStep keep it. Not a rule of DESIGN §3: it
+	// mode and chain.WithAdmissionStep keep it. Not a rule of DESIGN.md "The key-scoped gate": it
 	// tells what that choice costs, never the target's floor.
 	AdmissionFloorP50ms *float64 `json:"admission_floor_p50_ms,omitempty"`
 	AdmissionFloorP99ms *float64 `json:"admission_floor_p99_ms,omitempty"`
@@ -281,7 +281,7 @@ type Limit struct {
 	// Pipelined: any correct design (Bound.Time). ChainOrder: under the
 	// chain's ordering rules with the partition-scoped gate
 	// (Bound.ChainOrderTime); KeyOrder: with the key-scoped gate
-	// (Bound.KeyOrderTime, issue #13).
+	// (Bound.KeyOrderTime).
 	PipelinedRPS  float64 `json:"pipelined_rps"`
 	ChainOrderRPS float64 `json:"chain_order_rps"`
 	KeyOrderRPS   float64 `json:"key_order_rps"`
@@ -442,11 +442,11 @@ type Target struct {
 }
 
 // targets checks the claims: against the strongest micro-batch (the
-// headline, issue #18), against DESIGN §6 (the design the engine replaces:
-// issue #13's targets, set against it, and #18's A ≥ 10×), and the
-// engine's own. Issue #13's throughput and p99 targets stand against
-// DESIGN §6; against the strongest, #18's (3×, 3×, B 1.5×) restate them:
-// the bounds leave no 15× against a key-parallel micro-batch.
+// headline: 3× the throughput and a 3× lower p99 on A, 1.5× on B),
+// against DESIGN.md "The micro-batch baseline" (the design the engine
+// replaces: A ≥ 10× and ≥ 15×, a 5× lower p99, B ≥ 1×), and the engine's
+// own. The bounds leave no 15× against a key-parallel micro-batch, hence the
+// lower targets against the strongest.
 func targets(ws []WorkloadResult) []Target {
 	var ts []Target
 	add := func(name string, want float64, got *float64, steady bool) {
@@ -496,7 +496,7 @@ func targets(ws []WorkloadResult) []Target {
 			if l, d := w.Limit, w.Design6; l != nil && d != nil && dTP != nil && d.ThroughputRPS > 0 && len(ts) > 0 && ts[len(ts)-1].Got == *dTP {
 				// No engine obeying the chain's rules runs faster than their
 				// bound on the chain's input: this is the most any of them
-				// could show against this DESIGN §6 run.
+				// could show against this micro-batch baseline run.
 				bound, scope := l.KeyOrderRPS, "key"
 				if w.Gate == string(chain.GatePartition) {
 					bound, scope = l.ChainOrderRPS, "partition"

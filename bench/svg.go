@@ -205,7 +205,7 @@ func shortLabel(d *DesignResult) string {
 }
 
 // latencyPanel draws the latency CDFs: the headline comparison solid, the
-// DESIGN §6 comparison dashed (each at its own offered load).
+// DESIGN.md "The micro-batch baseline" comparison dashed (each at its own offered load).
 func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
 	a := frame(b, x, y, panelW, title+" — latency CDF", "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
 	type curve struct {
@@ -281,7 +281,7 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 
 // sweepPanel draws the strongest micro-batch's throughput over its batch
 // size, with its bound at each size (dashed), and the chain's and DESIGN
-// §6's throughput as horizontal lines.
+// the micro-batch baseline's throughput as horizontal lines.
 func sweepPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
 	a := frame(b, x, y, panelW, title+" — micro-batch sweep", "batch size (records, log scale)", "records/s")
 	var xs, ys, bx, by []float64

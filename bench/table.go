@@ -258,7 +258,7 @@ func p99Text(lower *float64) string {
 }
 
 // floorLine prints the chain's p99 beside the event-time floors of a
-// latency comparison: the rules' (cascaded, the #13 target's), the
+// latency comparison: the rules' (cascaded, the target's), the
 // one-horizon floor, and the engine's admission step (key gate).
 func floorLine(b *strings.Builder, c *Comparison) {
 	type fl struct {
