@@ -463,7 +463,7 @@ func (c *CostResult) targets(workload string) []Target {
 		if r.Cost == nil || r.CommitInterval != TargetInterval.String() {
 			continue
 		}
-		t := Target{Name: fmt.Sprintf("%s: exactly-once cost, 1 − exactly-once ÷ at-least-once throughput, commit interval %s [#12] ≤", workload, r.CommitInterval),
+		t := Target{Name: fmt.Sprintf("%s: exactly-once cost, 1 − exactly-once ÷ at-least-once throughput, commit interval %s ≤", workload, r.CommitInterval),
 			Want: CostTarget, Got: *r.Cost, AtMost: true}
 		steady := r.cell(GuaranteeAtLeastOnce).Run.Steady && r.cell(GuaranteeExactlyOnce).Run.Steady
 		t.Met = *r.Cost <= CostTarget && steady

@@ -175,7 +175,7 @@ func TestEOSCostTarget(t *testing.T) {
 				return
 			}
 			tg := ts[0]
-			require.Contains(t, tg.Name, "[#12]")
+			require.Contains(t, tg.Name, "commit interval 1s")
 			require.True(t, tg.AtMost)
 			require.Equal(t, CostTarget, tg.Want)
 			require.InDelta(t, tc.wantCost, tg.Got, 1e-9)

@@ -485,14 +485,14 @@ func targets(ws []WorkloadResult) []Target {
 		}
 		switch w.Workload {
 		case "A":
-			add("A: chain ÷ strongest micro-batch throughput [#18] ≥", 3, sTP, steady)
+			add("A: chain ÷ strongest micro-batch throughput ≥", 3, sTP, steady)
 			if l := w.Limit; l != nil && sTP != nil && *sTP > l.MaxWin && len(ts) > 0 {
 				ts[len(ts)-1].Note = fmt.Sprintf("above the %.2f× the bounds allow: the micro-batch ran at %s of its bound, the chain at %s of its",
 					l.MaxWin, optf(w.Strongest.EfficiencyOwn, "%.2f"), optf(w.Chain.EfficiencyOwn, "%.2f"))
 			}
-			add("A: strongest micro-batch ÷ chain p99 latency [#18] ≥", 3, sP99, true)
-			add("A: chain ÷ DESIGN §6 micro-batch throughput [#18] ≥", 10, dTP, steady)
-			add("A: chain ÷ DESIGN §6 micro-batch throughput [#13] ≥", 15, dTP, steady)
+			add("A: strongest micro-batch ÷ chain p99 latency ≥", 3, sP99, true)
+			add("A: chain ÷ micro-batch baseline throughput ≥", 10, dTP, steady)
+			add("A: chain ÷ micro-batch baseline throughput, key-scoped gate ≥", 15, dTP, steady)
 			if l, d := w.Limit, w.Design6; l != nil && d != nil && dTP != nil && d.ThroughputRPS > 0 && len(ts) > 0 && ts[len(ts)-1].Got == *dTP {
 				// No engine obeying the chain's rules runs faster than their
 				// bound on the chain's input: this is the most any of them
@@ -502,28 +502,28 @@ func targets(ws []WorkloadResult) []Target {
 					bound, scope = l.ChainOrderRPS, "partition"
 				}
 				if bound > 0 {
-					ts[len(ts)-1].Note = fmt.Sprintf("at most %.2f× for any engine obeying the rules: their bound (%s gate) on the chain's input ÷ this DESIGN §6 run; the chain at %s of it",
+					ts[len(ts)-1].Note = fmt.Sprintf("at most %.2f× for any engine obeying the rules: their bound (%s gate) on the chain's input ÷ this baseline run; the chain at %s of it",
 						bound/d.ThroughputRPS, scope, optf(w.Chain.EfficiencyOwn, "%.2f"))
 				}
 			}
 			n0 := len(ts)
-			add("A: DESIGN §6 micro-batch ÷ chain p99 latency [#13] ≥", 5, dP99, true)
+			add("A: micro-batch baseline ÷ chain p99 latency ≥", 5, dP99, true)
 			if c := w.VsDesign6; len(ts) > n0 && c != nil && c.Base != nil && c.Base.P99ms != nil && c.RulesFloorP99ms != nil && *c.RulesFloorP99ms > 0 {
 				// Every output's latency is at least its floor, so no engine
 				// obeying the rules has a p99 below the floor's: this is the
 				// most any of them could show against this baseline run.
-				ts[len(ts)-1].Note = fmt.Sprintf("at most %.2f for any engine obeying the rules: DESIGN §6 p99 ÷ the rules' event-time floor p99", *c.Base.P99ms / *c.RulesFloorP99ms)
+				ts[len(ts)-1].Note = fmt.Sprintf("at most %.2f for any engine obeying the rules: the baseline's p99 ÷ the rules' event-time floor p99", *c.Base.P99ms / *c.RulesFloorP99ms)
 			}
 			for _, c := range []struct {
 				name string
 				cmp  *Comparison
-			}{{"strongest", w.VsStrongest}, {"DESIGN §6", w.VsDesign6}} {
+			}{{"strongest", w.VsStrongest}, {"baseline", w.VsDesign6}} {
 				if c.cmp == nil || c.cmp.Chain == nil || c.cmp.Chain.P99ms == nil {
 					continue
 				}
 				if fl := c.cmp.RulesFloorP99ms; fl != nil {
 					n0 := len(ts)
-					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load [#13] ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
+					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
 					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
 						n := fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
 						if a := c.cmp.AdmissionFloorP99ms; a != nil && *a > 0 {
@@ -532,15 +532,15 @@ func targets(ws []WorkloadResult) []Target {
 						ts[len(ts)-1].Note = n
 					}
 				} else if c.cmp.FloorP99ms != nil {
-					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load [#13] ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))
+					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))
 				}
 			}
-			add("A: chain efficiency (of the pipelined bound) [#13] ≥", 0.9, w.Chain.Efficiency, steady)
+			add("A: chain efficiency (of the pipelined bound) ≥", 0.9, w.Chain.Efficiency, steady)
 		case "B":
-			add("B: chain ÷ strongest micro-batch throughput, checkpoints inside the window [#18] ≥", 1.5, sTP, steady)
-			add("B: chain ÷ DESIGN §6 micro-batch throughput [#13] ≥", 1, dTP, steady)
+			add("B: chain ÷ strongest micro-batch throughput, checkpoints inside the window ≥", 1.5, sTP, steady)
+			add("B: chain ÷ micro-batch baseline throughput ≥", 1, dTP, steady)
 			n0 := len(ts)
-			add("B: one-stage no-op chain ÷ raw consumer [#13] ≥", 0.9, w.RatioNoopRaw, true)
+			add("B: one-stage no-op chain ÷ raw consumer ≥", 0.9, w.RatioNoopRaw, true)
 			if len(ts) > n0 {
 				switch w.CeilingMethod {
 				case CeilingChildProcess:

@@ -418,8 +418,8 @@ func TestDesignReferencesResolve(t *testing.T) {
 		}
 		return false
 	}
-	ref := regexp.MustCompile(`DESIGN\.md[,:]? \(?"([^"]+)"`)
-	outside := regexp.MustCompile(`DESIGN §|§ ?[0-9]`)
+	ref := regexp.MustCompile(`DESIGN\.md[,:]?\s+(?://\s*)?\(?"([^"]+)"`)
+	outside := regexp.MustCompile(`DESIGN \x{00A7}|\x{00A7} ?[0-9]`)
 	files := docFiles(t)
 	for path := range goSource(t) {
 		files = append(files, path)
