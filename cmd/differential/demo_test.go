@@ -45,7 +45,8 @@ func TestDemoGateScopes(t *testing.T) {
 			require.Equal(t, exitOK, code, errs)
 			require.Contains(t, out, "key concurrency 8, "+gate+" gate")
 			require.Contains(t, out, "verification    OK")
-			require.Regexp(t, `outputs\s+[1-9][\d,]* \(installs`, out)
+			require.Regexp(t, `outputs\s+[1-9][\d,]* = [\d,]+ installs \(`, out)
+			requireReportAddsUp(t, out)
 		})
 	}
 }
