@@ -28,7 +28,7 @@ const (
 // Guarantees are the delivery guarantees Run knows.
 var Guarantees = []string{GuaranteeAtLeastOnce, GuaranteeExactlyOnce}
 
-// CostTarget is issue #12's bar: exactly-once may cost at most this
+// CostTarget is the exactly-once cost bar: exactly-once may cost at most this
 // fraction of at-least-once throughput at TargetInterval.
 const (
 	CostTarget     = 0.10
@@ -115,7 +115,7 @@ func (r *CostRow) cell(g string) *CostCell {
 }
 
 // eosGate is the gate scope the cost table runs with: want, unless
-// chain.New refuses exactly-once with it (issue #12: exactly-once with the
+// chain.New refuses exactly-once with it (exactly-once with the
 // key-scoped gate is being made to work); then the partition-scoped gate,
 // and why. Asked of chain.New itself, with stand-ins that are never
 // called, so the table uses want as soon as the chain accepts it.
@@ -453,7 +453,7 @@ func (p timedChangelogPartition) Append(ctx context.Context, recs []chain.Change
 	return end, err
 }
 
-// targets checks issue #12's bar on the table: exactly-once costs at most
+// targets checks the exactly-once cost bar on the table: exactly-once costs at most
 // CostTarget of at-least-once throughput at TargetInterval (a row at
 // another interval is not checked), both runs in steady state.
 func (c *CostResult) targets(workload string) []Target {
@@ -463,7 +463,7 @@ func (c *CostResult) targets(workload string) []Target {
 		if r.Cost == nil || r.CommitInterval != TargetInterval.String() {
 			continue
 		}
-		t := Target{Name: fmt.Sprintf("%s: exactly-once cost, 1 − exactly-once ÷ at-least-once throughput, commit interval %s [#12] ≤", workload, r.CommitInterval),
+		t := Target{Name: fmt.Sprintf("%s: exactly-once cost, 1 − exactly-once ÷ at-least-once throughput, commit interval %s ≤", workload, r.CommitInterval),
 			Want: CostTarget, Got: *r.Cost, AtMost: true}
 		steady := r.cell(GuaranteeAtLeastOnce).Run.Steady && r.cell(GuaranteeExactlyOnce).Run.Steady
 		t.Met = *r.Cost <= CostTarget && steady

@@ -9,12 +9,12 @@ import (
 	"github.com/differential-dev/differential/chain"
 )
 
-// The cascaded event-time floor (issue #13): the least latency any engine
-// that follows DESIGN §3's gate rules can have on the run's own arrival
+// The cascaded event-time floor: the least latency any engine
+// that follows the gate rules of DESIGN.md "Mechanisms" can have on the run's own arrival
 // times. The one-horizon floor (latencyFloor) lets an output go as soon as
 // the record that carries the partition's stream time past t+Lateness
 // arrives (or the partition goes quiet for IdleTimeout), plus the record's
-// own cost. But a follower waits for its leader's *completion* (DESIGN §3
+// own cost. But a follower waits for its leader's *completion* (DESIGN.md "Mechanisms"
 // (a)/(b), (a′)/(b′)), and the leader is itself a follower of the stage
 // before it: a purchase (t, key u) waits until the install stage has
 // completed u's records below q(t+Lateness); an install of u among them
@@ -31,8 +31,8 @@ type floorRule struct {
 	// admission adds the admission step (chain/keygate.go, key scope
 	// only): a follower begins records in offset order, each once its
 	// leader has *begun* every record up to o+OffsetDistance and, when it
-	// processes the record, up to q(t+Lateness). Not a rule of DESIGN §3.
-	// At-least-once chains no longer have it (issue #13: they carry the
+	// processes the record, up to q(t+Lateness). Not a rule of DESIGN.md "The key-scoped gate".
+	// At-least-once chains do not have it (they carry the
 	// offsets completed above each position instead); exactly-once mode and
 	// chain.WithAdmissionStep keep it. The bench reports it to show what
 	// the step cost, never as the floor.
@@ -69,7 +69,7 @@ const never = int64(math.MaxInt64)
 //     gate opens. Duplicates are treated as skipped, which is at most what
 //     the engine waits for.
 //
-// Every term is a rule of DESIGN §3/§5 (or, with admission, of the
+// Every term is a rule of DESIGN.md "Mechanisms" and "Attribution rules" (or, with admission, of the
 // engine), applied to the run's arrival times and the records' cost draws,
 // so no engine obeying the rules completes a record earlier: it is a lower
 // bound, computed from the run's data.

@@ -183,7 +183,7 @@ func TestCascadedFloorIsAtLeastOneHorizon(t *testing.T) {
 	}
 }
 
-// The #13 floor target divides the chain's p99 by the rules' (cascaded)
+// The floor target divides the chain's p99 by the rules' (cascaded)
 // floor when the run has it, naming the one-horizon and admission ratios
 // beside it; a report without it (older JSON) keeps the one-horizon target.
 func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
@@ -206,8 +206,8 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.Equal(t, "one-horizon floor: 2.20×; with the former admission step (gone in at-least-once mode): 1.02×", tg.Note)
 	found := false
 	for _, x := range targets([]WorkloadResult{w}) {
-		if strings.HasPrefix(x.Name, "A: DESIGN §6 micro-batch ÷ chain p99") {
-			require.Equal(t, "at most 6.00 for any engine obeying the rules: DESIGN §6 p99 ÷ the rules' event-time floor p99", x.Note)
+		if strings.HasPrefix(x.Name, "A: micro-batch baseline ÷ chain p99") {
+			require.Equal(t, "at most 6.00 for any engine obeying the rules: the baseline's p99 ÷ the rules' event-time floor p99", x.Note)
 			found = true
 		}
 	}
@@ -221,9 +221,9 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.False(t, tg.Met)
 }
 
-// The #13 throughput target against DESIGN §6 names the most any engine
+// The throughput target against DESIGN.md "The micro-batch baseline" names the most any engine
 // obeying the rules could show against that run: the rules' bound under
-// the chain's gate scope on the chain's input ÷ DESIGN §6's measured rate.
+// the chain's gate scope on the chain's input ÷ the micro-batch baseline's measured rate.
 func TestDesign6ThroughputTargetNamesTheRulesBound(t *testing.T) {
 	eff := 0.94
 	w := WorkloadResult{Workload: "A", Gate: string(chain.GateKey),
@@ -233,7 +233,7 @@ func TestDesign6ThroughputTargetNamesTheRulesBound(t *testing.T) {
 		Limit:     &Limit{KeyOrderRPS: 6400, ChainOrderRPS: 6000}}
 	find := func() *Target {
 		for _, x := range targets([]WorkloadResult{w}) {
-			if strings.HasPrefix(x.Name, "A: chain ÷ DESIGN §6 micro-batch throughput [#13]") {
+			if strings.HasPrefix(x.Name, "A: chain ÷ micro-batch baseline throughput, key-scoped gate") {
 				return &x
 			}
 		}
@@ -241,9 +241,9 @@ func TestDesign6ThroughputTargetNamesTheRulesBound(t *testing.T) {
 	}
 	tg := find()
 	require.NotNil(t, tg)
-	require.Equal(t, "at most 16.00× for any engine obeying the rules: their bound (key gate) on the chain's input ÷ this DESIGN §6 run; the chain at 0.94 of it", tg.Note)
+	require.Equal(t, "at most 16.00× for any engine obeying the rules: their bound (key gate) on the chain's input ÷ this baseline run; the chain at 0.94 of it", tg.Note)
 	w.Gate = string(chain.GatePartition)
-	require.Equal(t, "at most 15.00× for any engine obeying the rules: their bound (partition gate) on the chain's input ÷ this DESIGN §6 run; the chain at 0.94 of it", find().Note)
+	require.Equal(t, "at most 15.00× for any engine obeying the rules: their bound (partition gate) on the chain's input ÷ this baseline run; the chain at 0.94 of it", find().Note)
 	w.Limit = nil
 	require.Empty(t, find().Note)
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 )
 
-// The gate scope dimension (issue #13): workloads A and C measure the chain
+// The gate scope dimension: workloads A and C measure the chain
 // under Options.Gate (the headline row) and, unless Options.OneGate, under
 // the other scope — two chain variants (chainVariants), each sized by time
 // and checked like every design run.

@@ -194,7 +194,7 @@ type heavyRun struct {
 }
 
 // heavyPartition is one partition's log and its stages' positions, run
-// under DESIGN §3's partition-scope gate.
+// under the partition-scope gate of DESIGN.md "The follower gate".
 type heavyPartition struct {
 	id int32
 	ps chain.PartitionStore

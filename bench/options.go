@@ -64,7 +64,7 @@ type Options struct {
 	// (P = W).
 	FullGrid bool
 	// Repeats runs the chain and both baselines this many times,
-	// alternating (chain, DESIGN §6, strongest, chain, …); the run with the
+	// alternating (chain, DESIGN.md "The micro-batch baseline", strongest, chain, …); the run with the
 	// median throughput is reported. The sweep runs each size once.
 	// Default 1.
 	Repeats int
@@ -74,10 +74,10 @@ type Options struct {
 	JSONPath string
 	SVGPath  string
 
-	// BatchSize is the DESIGN §6 baseline's poll size in records, across
+	// BatchSize is the micro-batch baseline's poll size in records, across
 	// all partitions. Default 500 (Kafka's max.poll.records default).
 	BatchSize int
-	// BatchLinger is how long a DESIGN §6 poll waits for BatchSize records
+	// BatchLinger is how long a micro-batch baseline poll waits for BatchSize records
 	// after its first one. Default 100ms. (The strongest micro-batch does
 	// not linger: its poll returns what has arrived, as Kafka's does.)
 	BatchLinger time.Duration
@@ -129,7 +129,7 @@ type Options struct {
 	// repeat of the throughput phase, checks it, and reports its cost per
 	// record (see velocity.go). Default 0: not run.
 	Velocity time.Duration
-	// EOSCost measures the exactly-once cost table (issue #12) instead of
+	// EOSCost measures the exactly-once cost table instead of
 	// the design comparison: for each workload (A and B only; default B
 	// then A), each of CommitIntervals and each of Guarantees, the chain
 	// (Pebble state and a changelog, as `differential run` by default) in
@@ -330,7 +330,7 @@ type point struct {
 }
 
 // attributionConfig is the attribution configuration of every run: the
-// defaults of DESIGN §5 with a record size limit the broker accepts (the
+// defaults of DESIGN.md "Attribution rules" with a record size limit the broker accepts (the
 // workload's "oversized" records exceed it by one byte).
 func attributionConfig() attribution.Config {
 	cfg := attribution.DefaultConfig()

@@ -192,7 +192,7 @@ func chainGuess(pt point) float64 {
 	return 40_000
 }
 
-// runPoint measures one configuration: the chain, the DESIGN §6 micro-batch
+// runPoint measures one configuration: the chain, the micro-batch baseline
 // and the sweep of the strongest micro-batch (each on a prefix of the
 // point's stream sized by its own throughput), the ceilings when asked,
 // then the latency phase of each comparison.
@@ -390,10 +390,10 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int,
 
 // chainVariant is one configuration of the chain, measured at every point
 // as a row of its own (WorkloadResult.ChainVariants); the first is the
-// headline's. The gate scope (issue #13) is one dimension: A and C measure
+// headline's. The gate scope is one dimension: A and C measure
 // the chain under Options.Gate (the headline) and, unless OneGate, under
 // the other scope. Further dimensions go here too, e.g. the delivery
-// guarantee with its commit interval (issue #12) — each a name, its gate
+// guarantee with its commit interval — each a name, its gate
 // scope, its chain options and, if it differs, its commit interval.
 type chainVariant struct {
 	// name labels the row ("" for the default chain).
@@ -997,7 +997,7 @@ func (h *harness) judge(r *running, res *DesignResult) error {
 	}
 	if s.paceRate > 0 && c.Missing+c.Duplicates+c.Unexpected+c.OrderViolations == 0 {
 		// While input is fed live, a partition may pause longer than
-		// IdleTimeout; both designs then release the gate (DESIGN §5: idle
+		// IdleTimeout; both designs then release the gate (DESIGN.md "Attribution rules": idle
 		// release trades completeness for progress), and an install may
 		// miss a click that arrives after the pause. Such differences in
 		// content are reported, not failed; loss, duplication and order are
@@ -1254,7 +1254,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.run = h.chainRun(ch, s.topic, group, func(int) { ready(1) })
 		d.note = func() string { return chainNote(ch.Stats()) }
 	case kindDesign6, kindStrongest:
-		// DESIGN §6 as the seeds measured it: per-partition order, a
+		// DESIGN.md "The micro-batch baseline": per-partition order, a
 		// lingering poll, one checkpoint (one sync) per partition, the
 		// commit synchronous on the consumer group's client. The strongest:
 		// per-key order, no linger, one synced checkpoint batch for all

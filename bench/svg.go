@@ -34,7 +34,7 @@ var designColors = []struct {
 }{
 	{"chain", colorChain, func(w *WorkloadResult) *DesignResult { return w.Chain }},
 	{"strongest micro-batch", colorStrongest, func(w *WorkloadResult) *DesignResult { return w.Strongest }},
-	{"DESIGN §6 micro-batch", colorDesign6, func(w *WorkloadResult) *DesignResult { return w.Design6 }},
+	{"micro-batch baseline", colorDesign6, func(w *WorkloadResult) *DesignResult { return w.Design6 }},
 }
 
 // WriteSVG draws the charts.
@@ -56,7 +56,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="22" font-size="14" font-weight="bold">differential bench: the chain against the strongest micro-batch and DESIGN §6's (%s, %s, %d CPUs)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="10" y="22" font-size="14" font-weight="bold">differential bench: the chain against the strongest micro-batch and the micro-batch baseline (%s, %s, %d CPUs)</text>`+"\n",
 		html.EscapeString(r.Broker), r.GoVersion, r.CPUs)
 	y := 40
 	for _, wr := range rows {
@@ -199,13 +199,13 @@ func shortLabel(d *DesignResult) string {
 	case kindStrongest:
 		return fmt.Sprintf("strongest mb (%d)", d.BatchSize)
 	case kindDesign6:
-		return fmt.Sprintf("§6 mb (%d)", d.BatchSize)
+		return fmt.Sprintf("baseline (%d)", d.BatchSize)
 	}
 	return designLabel(d)
 }
 
 // latencyPanel draws the latency CDFs: the headline comparison solid, the
-// DESIGN §6 comparison dashed (each at its own offered load).
+// DESIGN.md "The micro-batch baseline" comparison dashed (each at its own offered load).
 func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
 	a := frame(b, x, y, panelW, title+" — latency CDF", "input sent → output acknowledged (ms, log scale)", "fraction of outputs")
 	type curve struct {
@@ -281,7 +281,7 @@ func latencyPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult
 
 // sweepPanel draws the strongest micro-batch's throughput over its batch
 // size, with its bound at each size (dashed), and the chain's and DESIGN
-// §6's throughput as horizontal lines.
+// the micro-batch baseline's throughput as horizontal lines.
 func sweepPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) {
 	a := frame(b, x, y, panelW, title+" — micro-batch sweep", "batch size (records, log scale)", "records/s")
 	var xs, ys, bx, by []float64
@@ -317,7 +317,7 @@ func sweepPanel(b *strings.Builder, x, y int, title string, wr *WorkloadResult) 
 	hline(wr.Chain.ThroughputRPS, colorChain, "")
 	if d := wr.Design6; d != nil {
 		hline(d.ThroughputRPS, colorDesign6, "")
-		entries = append(entries, [2]string{fmt.Sprintf("§6 mb (%d) %.0f rec/s", d.BatchSize, d.ThroughputRPS), colorDesign6})
+		entries = append(entries, [2]string{fmt.Sprintf("baseline (%d) %.0f rec/s", d.BatchSize, d.ThroughputRPS), colorDesign6})
 	}
 	polyline(b, a, xs, ys, colorStrongest)
 	for i := range xs {

@@ -18,7 +18,7 @@ func designLabel(d *DesignResult) string {
 	case kindStrongest:
 		return fmt.Sprintf("strongest micro-batch (batch %d)", d.BatchSize)
 	case kindDesign6:
-		return fmt.Sprintf("DESIGN §6 micro-batch (batch %d)", d.BatchSize)
+		return fmt.Sprintf("micro-batch baseline (batch %d)", d.BatchSize)
 	case kindRaw:
 		return "raw consumer" + ownProcess(d)
 	case kindNoop:
@@ -55,7 +55,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "; chain checkpoint+commit interval %s\n", r.CommitInterval)
 	fmt.Fprintf(&b, "strongest micro-batch: key order, no linger, one synced checkpoint batch, background commits, batch size swept over %v\n", r.SweepBatchSizes)
-	fmt.Fprintf(&b, "DESIGN §6 micro-batch: partition order, batch %d, linger %s, a checkpoint per partition, synchronous commits\n", r.BatchSize, r.BatchLinger)
+	fmt.Fprintf(&b, "micro-batch baseline: partition order, batch %d, linger %s, a checkpoint per partition, synchronous commits\n", r.BatchSize, r.BatchLinger)
 	fmt.Fprintf(&b, "chain buffer %d; idle release %s; latency phases at %.0f%% of the slower design of each comparison; repeats %d\n",
 		r.BufferSize, r.IdleTimeout, 100*r.LatencyLoad, r.Repeats)
 	for i := range r.Workloads {
@@ -101,7 +101,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		fmt.Fprintf(tw, "    the chain's ordering rules, key-scoped gate (critical path under the gate, W workers)\t%.0f\t\n", l.KeyOrderRPS)
 		fmt.Fprintf(tw, "    key-parallel micro-batch, batch %d (stages one after another, a barrier per batch)\t%.0f\t\n", l.StrongestBatch, l.StrongestRPS)
 		fmt.Fprintf(tw, "    key-parallel micro-batch, one batch of everything (no batch barrier left)\t%.0f\t\n", l.OneBatchRPS)
-		fmt.Fprintf(tw, "    DESIGN §6 micro-batch, batch %d (partition order)\t%.0f\t\n", r.BatchSize, l.Design6RPS)
+		fmt.Fprintf(tw, "    micro-batch baseline, batch %d (partition order)\t%.0f\t\n", r.BatchSize, l.Design6RPS)
 		tw.Flush()
 		fmt.Fprintf(b, "  the limit: if both reached their bounds, the chain would win %.2f× against the strongest micro-batch, and %.2f× against a\n"+
 			"  key-parallel micro-batch of any batch size: what is left to win is pipelining across stages and no per-batch barrier\n", l.MaxWin, l.MaxWinAnyBatch)
@@ -189,7 +189,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		b.WriteString(p99Text(c.P99Lower) + "\n")
 	}
 	if c := wr.VsDesign6; c != nil {
-		fmt.Fprintf(b, "  chain ÷ DESIGN §6 micro-batch (the design the engine replaces): throughput %.2f×%s\n", c.Throughput, p99Text(c.P99Lower))
+		fmt.Fprintf(b, "  chain ÷ micro-batch baseline (the design the engine replaces): throughput %.2f×%s\n", c.Throughput, p99Text(c.P99Lower))
 	}
 	// The other chain variants (the other gate scope) against both
 	// baselines, and the headline chain against each.
@@ -258,7 +258,7 @@ func p99Text(lower *float64) string {
 }
 
 // floorLine prints the chain's p99 beside the event-time floors of a
-// latency comparison: the rules' (cascaded, the #13 target's), the
+// latency comparison: the rules' (cascaded, the target's), the
 // one-horizon floor, and the engine's admission step (key gate).
 func floorLine(b *strings.Builder, c *Comparison) {
 	type fl struct {
@@ -273,7 +273,7 @@ func floorLine(b *strings.Builder, c *Comparison) {
 		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
 	}
 	if c.AdmissionFloorP99ms != nil {
-		fs = append(fs, fl{"with the former admission step (at-least-once chains no longer have it since #13; exactly-once keeps it; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
+		fs = append(fs, fl{"with the former admission step (at-least-once chains do not have it; exactly-once keeps it; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
 	}
 	for _, f := range fs {
 		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)

@@ -12,7 +12,7 @@ import (
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
-// expectation is what DESIGN §5 prescribes for one input (reference.Run over
+// expectation is what DESIGN.md "Attribution rules" prescribes for one input (reference.Run over
 // each partition's log), and the analytical bound of its cost draws.
 type expectation struct {
 	recs  []workload.Record
@@ -293,7 +293,7 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 // records left, one record at a time (the baseline's poll on a backlog);
 // within a batch, stage after stage (click, install, purchase), the stage's
 // processed records run as tasks — one per key (keyOrder), else one per
-// partition (DESIGN §6) — each task's records one after another, on W
+// partition (DESIGN.md "The micro-batch baseline") — each task's records one after another, on W
 // workers; a stage begins when the batch's previous stage ended, a batch
 // when the previous batch ended. A stage of a batch takes at least
 // max(its total cost ÷ W, its longest task), so

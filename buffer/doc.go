@@ -1,5 +1,5 @@
-// Package buffer is the per-partition handoff buffer of the chain (DESIGN §3
-// "Buffered handoff with polling fallback").
+// Package buffer is the per-partition handoff buffer of the chain (DESIGN.md
+// "Buffered hand-off with a polling fallback").
 //
 // # What it owns
 //
@@ -17,7 +17,7 @@
 // until its next read): the chain's fetcher decodes every record straight
 // into its slot, and a one-stage chain's only stage reads it there, so an
 // item is written once and copied only into the batches of readers behind
-// the pacer (issue #13).
+// the pacer.
 //
 // # Invariant
 //

@@ -233,7 +233,7 @@ func (r *Ring[T]) publishLocked(k int) {
 // writer to fill with the next items, in order, without holding the ring's
 // lock. Readers do not see them until Commit. Filling in place spares
 // copying each item from the writer's batch into the ring (the chain's
-// fetcher decodes every record straight into its slot, issue #13). n < 1
+// fetcher decodes every record straight into its slot). n < 1
 // reserves nothing. Errors: ctx.Err() if ctx ends while waiting, ErrClosed
 // if the ring is or gets closed. Only the writer may call it, and Commit
 // before its next Reserve or Append.
@@ -430,7 +430,7 @@ func (r *Ring[T]) readLocked(from int64, dst []T) (out []T, ok bool, err error) 
 // cursor is evicted, discarded or overwritten, and the array is not
 // grown (copied) while a view is held. The pacer may modify them
 // only when no other reader reads the ring (a one-stage chain's only
-// stage: issue #13, the copy into the stage's batch was most of its read
+// stage: a copy into the stage's batch would be most of its read
 // cost), and must not zero them (Discard does, once they are passed).
 // A pacer that always finds items to view therefore keeps the array at the
 // size it has: it grows only while the pacer waits for items.

@@ -97,7 +97,7 @@ func BenchmarkChainHeapFlat(b *testing.B) {
 }
 
 // BenchmarkChainExtraStage reports what one more no-op stage costs per
-// record (issue #13's target: ≤ 150 ns and ≤ 1 allocation): each iteration
+// record (the target: ≤ 150 ns and ≤ 1 allocation): each iteration
 // runs b.N records through a one-stage and a four-stage chain, alternating
 // which goes first, and reports (time₄ − time₁) ÷ 3 and (mallocs₄ −
 // mallocs₁) ÷ 3 per record as ns/extra-stage and allocs/extra-stage, and

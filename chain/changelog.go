@@ -8,7 +8,7 @@ import (
 )
 
 // Changelog is where a partition's window state follows the partition from
-// instance to instance (DESIGN §8): one compacted topic with the input's
+// instance to instance (DESIGN.md "State that follows its partition"): one compacted topic with the input's
 // partition count; the state changes of input partition p go to changelog
 // partition p, keyed by the store key. kafka.NewChangelog implements it on a
 // Kafka topic; chaintest has an in-memory one. A chain gets one with
@@ -109,7 +109,7 @@ type ChangelogStore interface {
 //
 // In at-least-once mode the chain appends Records to the changelog, waits
 // for the acknowledgement, then calls Commit with the changelog's end
-// offset. In exactly-once mode (DESIGN §8) the records go into the open
+// offset. In exactly-once mode (DESIGN.md "Exactly-once mode") the records go into the open
 // Kafka transaction instead, and Commit follows CommitTxn: until then the
 // writes stay pending in the store's overlay, readable by the stages, so
 // Pebble only ever holds committed state.
@@ -127,7 +127,7 @@ type PreparedCheckpoint interface {
 }
 
 // WithChangelog makes every partition's window state follow the partition
-// through cl (DESIGN §8): each checkpoint appends its state changes to the
+// through cl (DESIGN.md "State that follows its partition"): each checkpoint appends its state changes to the
 // changelog before it persists them, the commit metadata carries the
 // changelog offset, and a partition assigned to an instance whose local
 // state does not match the commit is rebuilt from the changelog before its

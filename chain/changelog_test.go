@@ -216,7 +216,7 @@ func TestCommitCarriesTheChangelogOffset(t *testing.T) {
 	})
 }
 
-// DESIGN §8's order: a record's state changes reach the changelog only
+// DESIGN.md "State that follows its partition" order: a record's state changes reach the changelog only
 // once its outputs are acknowledged; the store's batch and the Kafka commit
 // follow the changelog's acknowledgement, never precede it.
 func TestCheckpointOrder(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // (every access is a sequentially consistent atomic, so a reader that saw a
 // new field also sees the writer's first increment at its second load).
 // Without it a reader could pair the position of one instant with the
-// watermark of another — issue #9.3 found such pairs in commits, and a
+// watermark of another — and a
 // restored stage would then drop or admit records wrongly.
 //
 // Both fields only grow, so a reader that needs one of them alone (the

@@ -13,7 +13,7 @@ import (
 )
 
 // TestCheckpointsArePairsThatExisted is a stress test of the commit path
-// (issue #9.3, I4): in real time and with real parallelism (key-parallel
+// (I4): in real time and with real parallelism (key-parallel
 // stages, acknowledgements on other goroutines, a commit as often as the
 // loop can), every committed checkpoint must be a (position, watermark)
 // pair that existed — the watermark is exactly S(position), the stream time

@@ -32,7 +32,7 @@ func (c *Context) Stage() string { return c.stage }
 // Offset is the offset of the record being processed.
 func (c *Context) Offset() int64 { return c.offset }
 
-// StreamTime is S(o) of DESIGN §5: the largest event time among the valid
+// StreamTime is S(o) of DESIGN.md "Attribution rules": the largest event time among the valid
 // records of the partition at offsets below this record (zero if none).
 func (c *Context) StreamTime() time.Time { return c.streamTime }
 

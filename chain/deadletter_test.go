@@ -36,7 +36,7 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// TestOversizedRecordIsDeadLetteredTruncated (I7, issue #9.6): a record
+// TestOversizedRecordIsDeadLetteredTruncated (I7): a record
 // larger than a dead letter may be is dead-lettered with its value cut and
 // headers giving the original size and hash; the partition goes on.
 func TestOversizedRecordIsDeadLetteredTruncated(t *testing.T) {
@@ -69,7 +69,7 @@ func TestOversizedRecordIsDeadLetteredTruncated(t *testing.T) {
 	})
 }
 
-// TestDeadLetterRefusedForSizeIsSentMinimal (issue #9.6): when Kafka refuses
+// TestDeadLetterRefusedForSizeIsSentMinimal: when Kafka refuses
 // a dead letter for its size (the dead-letter topic's limit is below the
 // chain's), the minimal dead letter is produced instead of failing the
 // partition for ever.

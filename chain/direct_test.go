@@ -16,7 +16,7 @@ import (
 
 // TestDirectStageKeepsWindowAndOutcomes: a stage that runs its records on
 // its own goroutine begins a record in the tracker only after its
-// processor's first attempt (issue #13). Every outcome must still be what
+// processor's first attempt. Every outcome must still be what
 // it was: a record retried, one with outputs held unacknowledged, one
 // dead-lettered; the in-flight window still bounds what the stage runs
 // (I9: with 4 slots and the record at 2 held, no record above 5 is run)

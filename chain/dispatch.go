@@ -37,7 +37,7 @@ func WithWorkerCap(n int) Option {
 // Stopping: the stage loop stops dispatching, but a record queued behind a
 // busy key was begun, and records of other keys after it may already be
 // complete — dropping it would leave the position below them, and a restart
-// would process them again (issue #9.1). So the worker that owns a key runs
+// would process them again. So the worker that owns a key runs
 // its queue to the end during the drain; only the shutdown timeout (the
 // work context ends) or a fatal error of the key's record drops the rest.
 type dispatcher struct {

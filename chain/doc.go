@@ -33,8 +33,8 @@
 //     that deadline found nothing past what was fetched but markers and
 //     aborted or open transactions), when its position is > o. A blocked follower sleeps on its leader's
 //     progress signal (and a timer for the idle deadline), never in a poll
-//     loop. With Stage.Gate = GateKey the same holds per key (DESIGN §3
-//     "Gate scope"): stage k begins (o, t, key) once stage k−1 has
+//     loop. With Stage.Gate = GateKey the same holds per key (DESIGN.md
+//     "The key-scoped gate"): stage k begins (o, t, key) once stage k−1 has
 //     completed every record of that key at offsets ≤ o + OffsetDistance
 //     and, when processing, below q(t + Lateness); other keys' records go
 //     on. The leader keeps its pending records per key and wakes the
@@ -88,7 +88,7 @@
 //     nothing grows with the input. The buffer holds what the fetcher read
 //     ahead of the first stage (a few batches) and what some stage has yet
 //     to read; what every stage has read is dropped at once.
-//   - State that follows its partition (DESIGN §8, WithChangelog): a
+//   - State that follows its partition (DESIGN.md "State that follows its partition", WithChangelog): a
 //     checkpoint acknowledges outputs, then appends its state changes to the
 //     partition's changelog and waits for the acknowledgement, then persists
 //     state, positions and changelog offset in one store batch, then commits
@@ -99,7 +99,7 @@
 //     a move, a crash or a scale-out changes no result. The restore runs on
 //     the partition's goroutine, shows in Stats (PartitionStats.Restore) and
 //     stops with the partition's context.
-//   - Exactly-once mode (DESIGN §8, WithExactlyOnce): every commit cycle is
+//   - Exactly-once mode (DESIGN.md "Exactly-once mode", WithExactlyOnce): every commit cycle is
 //     one transaction of the Transactor across the chain's partitions —
 //     outputs, dead letters, changelog records and offsets. A cycle does
 //     not pause the stages: it cuts each stage at its begin frontier, waits
@@ -148,7 +148,7 @@
 // goroutine (no key-parallel workers, no sequencer, no key-scoped follower,
 // not exactly-once) is counted as begun before its processor runs and
 // entered in the tracker after it, begun and completed under one lock
-// acquisition when it completes at once with no outputs (issue #13; Stats'
+// acquisition when it completes at once with no outputs (Stats'
 // InFlight does not count it while its processor runs). Observers (WithObserver, any number)
 // are called from the partition's goroutines, concurrently. Every goroutine
 // a RunPartition call starts has returned when it returns, except one stuck

@@ -3,7 +3,7 @@ package chain
 import "fmt"
 
 // GateScope says what a follower stage waits for before it begins a record
-// (DESIGN §3 "Gate scope"). Set it per stage (Stage.Gate); it has no effect
+// (DESIGN.md "The key-scoped gate"). Set it per stage (Stage.Gate); it has no effect
 // on the first stage, which has no leader.
 type GateScope string
 

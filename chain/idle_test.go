@@ -108,8 +108,9 @@ func newIdleTester(t *testing.T, scope chain.GateScope) (*chaintest.Tester, *cli
 // (its high watermark is beyond them): among them a late click the install
 // must see. The install stage must stay gated — the leader is stalled, not
 // idle — and Stats must show the click stage's lag; once the records
-// arrive the outputs equal the model. Before the fix the idle release let
-// the install through after one idle timeout, attributed to no click.
+// arrive the outputs equal the model. An idle release that did not wait
+// for the log's confirmation would let the install through after one idle
+// timeout, attributed to no click.
 func TestIdleReleaseWaitsForAStalledFetcher(t *testing.T) {
 	for _, scope := range []chain.GateScope{chain.GatePartition, chain.GateKey} {
 		t.Run(string(scope), func(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// keyGate is the follower side of the key-scoped gate (GateKey, DESIGN §3
-// "Gate scope") of one stage. The stage goroutine owns it, except moved
+// keyGate is the follower side of the key-scoped gate (GateKey, DESIGN.md
+// "The key-scoped gate") of one stage. The stage goroutine owns it, except moved
 // and hasMoved, which the leader's completions write under the leader's mu.
 //
 // A record goes through two steps:
@@ -47,7 +47,7 @@ import (
 // when read and waits in the gate until the leader's read frontier makes
 // its check known (front) as well; a stop abandons what cannot run
 // (drainEager) and checkpoints carry the offsets completed above the
-// position, closed under reads-from (DESIGN.md "Differences" 7).
+// position, closed under reads-from (DESIGN.md "Choices the rules leave open", item 7).
 type keyGate struct {
 	s, l   *stageRun
 	queues map[uint64]gateQueue // key → records waiting, in offset order

@@ -302,7 +302,7 @@ func keyedStages(r *recorder, emit bool, keyConc int, cost func(stage string, o 
 	return st
 }
 
-// TestI1PerKeyRandomized checks I1 per key (DESIGN §3 "Gate scope", (a′)
+// TestI1PerKeyRandomized checks I1 per key (DESIGN.md "The key-scoped gate", (a′)
 // and (b′)) at every record a key-scoped stage begins, against the
 // observer's own record of every completion, over random offset distances,
 // lateness, buffer and batch sizes, key counts, key-parallelism, mixed

@@ -134,7 +134,7 @@ func (c *config) validate() error {
 // follower begins records as it reads them and they wait per key in the
 // gate; a stop abandons those that cannot run and the commit metadata
 // carries the offsets completed above each position (DESIGN.md
-// "Differences" 7). Exactly-once mode always has the step. For
+// "Choices the rules leave open", item 7). Exactly-once mode always has the step. For
 // comparisons and tests.
 func WithAdmissionStep() Option {
 	return optionFunc(func(c *config) { c.admission = true })
@@ -158,7 +158,7 @@ func WithoutCarriedOffsets() Option {
 }
 
 // WithOffsetDistance sets the safety distance in offsets: a follower may
-// begin offset o only when its leader's position is > o + d (DESIGN §3a).
+// begin offset o only when its leader's position is > o + d (DESIGN.md "The follower gate").
 // Must be smaller than the buffer size. Default 0.
 func WithOffsetDistance(d int64) Option {
 	return optionFunc(func(c *config) { c.offsetDistance = d })
@@ -166,7 +166,7 @@ func WithOffsetDistance(d int64) Option {
 
 // WithLateness sets the event-time safety distance: a follower may process a
 // record with event time t only when its leader's watermark is > t + l
-// (DESIGN §3b). Default 0.
+// (DESIGN.md "The follower gate"). Default 0.
 func WithLateness(l time.Duration) Option {
 	return optionFunc(func(c *config) { c.lateness = l })
 }

@@ -141,7 +141,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 //     state whose positions differ from it is dropped. A committed offset
 //     below the local positions is an external reset: the operator asked
 //     for those records again, so they must meet the state they met the
-//     first time, not the state they left behind (issue #9.4).
+//     first time, not the state they left behind.
 //   - no commit: the local positions, or the claim's first record.
 func (p *partitionRun) restore(a Assignment) error {
 	names := p.c.names
@@ -225,8 +225,8 @@ func (p *partitionRun) resumeAt(cps []commit.Checkpoint) {
 // fail records the first fatal error and stops the partition. Errors that
 // arrive after the shutdown timeout abandoned the records in flight (a late
 // acknowledgement, a processor that returned at last) belong to those
-// records, which are not committed anyway: they are logged, not recorded
-// (issue #9.7).
+// records, which are not committed anyway: they are logged, not
+// recorded.
 func (p *partitionRun) fail(err error) {
 	p.mu.Lock()
 	if p.mu.abandoned {
@@ -411,7 +411,7 @@ const maxPause = 20 * time.Millisecond
 // half of pauseLag behind — at most maxPause, then it gives up until the
 // followers are back within half of pauseLag (so a follower truly slower
 // than the first stage costs it one bounded pause per time it falls out of
-// the buffer, and then polls Kafka itself, as DESIGN §4 has it).
+// the buffer, and then polls Kafka itself, as DESIGN.md "Buffered hand-off with a polling fallback" has it).
 //
 // Why: on two cores the first stage and the fetcher can hold both while a
 // woken follower waits in a run queue until the scheduler preempts them
@@ -653,7 +653,7 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 
 // appendRing decodes recs straight into the handoff buffer's slots
 // (Ring.Reserve): each event is written once, where the stages read it,
-// instead of into a batch that Append then copies (issue #13: the fetcher
+// instead of into a batch that Append then copies (the fetcher
 // copied every 216-byte event twice, and with the garbage collector
 // running every copy of its pointers runs write barriers). Decoding runs
 // outside the ring's lock.
@@ -701,7 +701,7 @@ func (p *partitionRun) decode(r *Record) Event {
 }
 
 // appendDecoded appends r's event to evs, decoded in its slot: the event
-// (216 bytes) is written once, not built and then copied (issue #13). A
+// (216 bytes) is written once, not built and then copied. A
 // slot within evs's capacity is reused without zeroing it first: every
 // field is written.
 func (p *partitionRun) appendDecoded(evs []Event, r *Record) []Event {
@@ -758,7 +758,7 @@ func (p *partitionRun) snapshot() []commit.Checkpoint {
 // checkpoint persists every stage's checkpoint with its state (DESIGN I4),
 // then commits min(next) with all checkpoints as metadata (I3). The store is
 // written first: a crash between the two leaves local positions ahead of the
-// group's, which restore handles. With a changelog the order is DESIGN §8's:
+// group's, which restore handles. With a changelog the order is DESIGN.md "State that follows its partition":
 // the positions cover only records whose outputs and dead letters are
 // acknowledged (I5); the state changes go to the changelog and are
 // acknowledged; one batch persists state, positions and changelog offset;

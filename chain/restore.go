@@ -95,7 +95,7 @@ func (r *restoreState) stats(now time.Time) RestoreStats {
 func (r *restoreState) setReason(s string) { r.reason.Store(&s) }
 
 // restoreFromChangelog brings the partition's local state to the group's
-// committed checkpoint before any stage starts (DESIGN §8) and sets where
+// committed checkpoint before any stage starts (DESIGN.md "State that follows its partition") and sets where
 // every stage resumes. The state machine, on (committed metadata, local
 // changelog offset L and checkpoints, changelog end E):
 //

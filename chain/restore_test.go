@@ -14,7 +14,7 @@ import (
 	"github.com/differential-dev/differential/store"
 )
 
-// TestOffsetResetByToolDropsLocalState (issue #9.4): a committed offset
+// TestOffsetResetByToolDropsLocalState: a committed offset
 // below the local positions with metadata that is not ours (a
 // kafka-consumer-groups --reset-offsets writes empty metadata) is an
 // external reset: the partition drops its local state, resumes every stage

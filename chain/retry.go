@@ -30,7 +30,7 @@ func (r RetryPolicy) Do(ctx context.Context, attempt func() error) error {
 
 // after is Do once the first attempt returned err: the chain's stages make
 // that attempt themselves, so a record that succeeds at once (nearly all)
-// builds no closure (issue #13).
+// builds no closure.
 func (r RetryPolicy) after(ctx context.Context, err error, attempt func() error) error {
 	backoff := r.Backoff
 	for n := 0; ; n++ {

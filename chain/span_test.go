@@ -19,11 +19,10 @@ import (
 // a stage that runs records on its own goroutine must wait, not fail, when
 // a record far ahead of an incomplete one would leave the span. Here the
 // last stage's record 0 waits for its output's acknowledgement while the
-// records after it complete at once; before the fix the stage's direct
-// path began offset 0+span+1 in the tracker, which refused it
-// (commit.ErrWindowFull), and the partition failed with "tracker window
-// full" (seen as kafka TestSIGTERMCommitsWhatCompletedAndRestartRepeatsNothing
-// failing under load, where an acknowledgement came late).
+// records after it complete at once; a direct path that began offset
+// 0+span+1 in the tracker would be refused (commit.ErrWindowFull), and the
+// partition would fail with "tracker window full" (under load, where an
+// acknowledgement comes late).
 func TestWindowWiderThanTheSpanWaitsInsteadOfFailing(t *testing.T) {
 	span := commit.MaxAboveSpan(3)
 	require.Positive(t, span)

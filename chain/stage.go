@@ -18,8 +18,8 @@ type Stage struct {
 	// offset order. 0 or 1 (the default) is strict partition order.
 	KeyConcurrency int
 	// Gate is the scope of the follower gate in front of this stage:
-	// GatePartition (the default, also for "") or GateKey (DESIGN §3 "Gate
-	// scope": wait per key for the leader's progress on the record's key).
+	// GatePartition (the default, also for "") or GateKey (DESIGN.md "The key-scoped
+	// gate": wait per key for the leader's progress on the record's key).
 	// Ignored for the first stage.
 	Gate GateScope
 }

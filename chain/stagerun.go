@@ -130,7 +130,7 @@ type stageRun struct {
 	inPlace, viewed bool
 	// seen is the leader's checkpoint as the gate last loaded it. A
 	// leader's position and watermark only grow, so a record that seen
-	// already lets through needs no fresh load (issue #13: the load read
+	// already lets through needs no fresh load (the load read
 	// a cache line the leader writes at every record, once per record).
 	seen   release
 	poller Poller
@@ -391,7 +391,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		// Run on this goroutine, nothing else to register: counted as
 		// begun now (a drain waits for it), entered in the tracker by run
 		// — together with its completion when it completes at once (one
-		// critical section instead of two, issue #13). The window has
+		// critical section instead of two). The window has
 		// room and the offset is within the span, so nothing could have
 		// refused the record.
 		s.outstanding.Add(1)

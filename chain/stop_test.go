@@ -18,7 +18,7 @@ import (
 // offset 1 (key A) waits behind it, key B's offset 2 completes at once. A
 // clean stop must let the begun offset 1 run too — dropping it would leave
 // the position at 1 below the completed 2, and a restart would process 2
-// again (issue #9.1: 4 outputs for 3 records).
+// again.
 func TestCleanStopKeyParallelRepeatsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder()
@@ -51,7 +51,7 @@ func TestCleanStopKeyParallelRepeatsNothing(t *testing.T) {
 // TestStopWhileKeyParallelRecordWaitsToRetry (I10): a stop that finds a
 // record of a key-parallel stage waiting between two attempts is a clean
 // stop — the begun record finishes (its retry runs within the shutdown
-// timeout) and Stop returns nil, not context.Canceled (issue #9.2).
+// timeout) and Stop returns nil, not context.Canceled.
 func TestStopWhileKeyParallelRecordWaitsToRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
@@ -108,7 +108,7 @@ func (f commitFunc) Commit(ctx context.Context, offset int64, md string) error {
 	return f(ctx, offset, md)
 }
 
-// TestLateErrorOfAbandonedRecordDoesNotFailThePartition (issue #9.7): after
+// TestLateErrorOfAbandonedRecordDoesNotFailThePartition: after
 // the shutdown timeout abandoned a record waiting for its acknowledgement,
 // the producer's late error for it (here during the final commit) must not
 // fail the partition: RunPartition returns ErrShutdownTimeout, and under

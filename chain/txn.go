@@ -14,7 +14,7 @@ import (
 	"github.com/differential-dev/differential/commit"
 )
 
-// Transactor is the Kafka side of exactly-once mode (DESIGN §8,
+// Transactor is the Kafka side of exactly-once mode (DESIGN.md "Exactly-once mode",
 // WithExactlyOnce): one transactional producer for the whole process.
 // kafka.Transactor implements it on sarama; chaintest has an in-memory one.
 //
@@ -133,7 +133,7 @@ const (
 // authorization, a deleted topic) must stop the process, not loop.
 const maxConsecutiveAborts = 10
 
-// WithExactlyOnce runs the chain in exactly-once mode (DESIGN §8): every
+// WithExactlyOnce runs the chain in exactly-once mode (DESIGN.md "Exactly-once mode"): every
 // commit cycle is one Kafka transaction of t holding the cycle's outputs,
 // dead letters and changelog records and the consumed offsets of every
 // partition (with the stages' positions and the changelog offset in their

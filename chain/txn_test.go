@@ -240,7 +240,7 @@ func TestExactlyOnceRecordInFlightAtAbortIsNotCommitted(t *testing.T) {
 // ignores its context past the shutdown timeout): the rewind cannot stop the
 // epoch, so the partition fails — RunPartition returns the error instead of
 // waiting, without stages and out of the cycles, for a stop nothing sends
-// (the rewind's failure used to be ignored as an abandoned record's) — and
+// (the rewind's failure is not ignored as an abandoned record's) — and
 // a restart from the last committed cycle still gives every output once.
 func TestExactlyOnceRewindThatCannotStopFailsThePartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Offsets completed above a stage's position (DESIGN §3 "CommitManager":
+// Offsets completed above a stage's position (DESIGN.md "The commit manager":
 // the alternative to draining until every stage's completed set is
 // contiguous). Checkpoint.Above lists them; version 3 of the metadata
 // carries them (see the package doc).

@@ -1,7 +1,8 @@
 // Package commit owns the per-partition commit state of a chain: which offsets
 // each stage has completed, which offset may be committed to Kafka, and the
 // commit metadata that lets every stage resume at its own position after a
-// restart or a move to another instance (DESIGN.md §3 CommitManager, §4 I3).
+// restart or a move to another instance (DESIGN.md "The commit manager";
+// invariant I3 of DESIGN.md "Invariants").
 //
 // It knows nothing about Kafka clients: offsets are int64, metadata is a
 // string, and the caller (the chain's committer adapter) talks to the broker.
@@ -84,7 +85,7 @@
 //	dfl1:3fb71d28:16.dn7lv69i2v40,3,0.-1
 //
 // Version 2 ([EncodeState], [DecodeState]) adds the changelog offset of a
-// chain whose state has a changelog (DESIGN §8): the partition's state at the
+// chain whose state has a changelog (DESIGN.md "State that follows its partition"): the partition's state at the
 // committed positions is exactly its changelog's records below that offset.
 //
 //	metadata2 = %s"dfl2:" hash ":" stage *( "," stage ) ";c" b36
@@ -96,7 +97,7 @@
 // one would resume in the wrong place.
 //
 // Version 3 adds the offsets each stage completed above its position
-// ([Checkpoint].Above; DESIGN §3's alternative to draining until every
+// ([Checkpoint].Above; the alternative of DESIGN.md "The commit manager" to draining until every
 // stage's completed set is contiguous). It is written only when some stage
 // has such offsets; otherwise versions 1 and 2 are written byte for byte as
 // before.

@@ -8,7 +8,8 @@ import (
 )
 
 // State is what a partition's commit metadata carries: every stage's
-// checkpoint and, for a chain whose state has a changelog (DESIGN §8), the
+// checkpoint and, for a chain whose state has a changelog (DESIGN.md
+// "State that follows its partition"), the
 // changelog offset — the state at these positions is the partition's
 // changelog records below it, applied in order.
 type State struct {

@@ -26,7 +26,7 @@ import (
 var ErrChangelogMismatch = errors.New("kafka: changelog topic does not fit")
 
 // ChangelogTopic is the default changelog topic of a group's chain over an
-// input topic (DESIGN §8): "<group>.<input topic>.state".
+// input topic (DESIGN.md "State that follows its partition"): "<group>.<input topic>.state".
 func ChangelogTopic(group, inputTopic string) string {
 	return group + "." + inputTopic + ".state"
 }
@@ -196,7 +196,7 @@ func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err erro
 	}
 	read = derive("read")
 	// Always read_committed: records of aborted transactions (exactly-once
-	// mode's, DESIGN §8) are never state; without transactions it reads
+	// mode's, DESIGN.md "State that follows its partition") are never state; without transactions it reads
 	// the same as read_uncommitted.
 	read.Consumer.IsolationLevel = sarama.ReadCommitted
 	read.Consumer.MaxWaitTime = DefaultMaxWaitTime

@@ -45,7 +45,7 @@ func (c *fakeClaim) Messages() <-chan *sarama.ConsumerMessage { return c.msgs }
 func (c *fakeClaim) Errors() <-chan *sarama.ConsumerError     { return c.errs }
 func (c *fakeClaim) revoke()                                  { close(c.errs); close(c.msgs) }
 
-// TestCooperativeRevokeStopsThePartitionAtOnce (issue #9.5): with the
+// TestCooperativeRevokeStopsThePartitionAtOnce: with the
 // handoff buffer full and stage 0 busy, a revoke (sarama closes the claim,
 // the session goes on) must stop the partition at once — the record in hand
 // finishes, nothing more is begun — instead of after stage 0 worked through

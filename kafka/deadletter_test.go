@@ -55,7 +55,7 @@ func (w *commitWaiter) Committed(_ string, _ int32, off int64, _ string) {
 	}
 }
 
-// TestRecordTooLargeToDeadLetterDoesNotStopThePartition (I7, issue #9.6): a
+// TestRecordTooLargeToDeadLetterDoesNotStopThePartition (I7): a
 // 2 MiB record the decoder rejects is larger than the producer may send (as
 // the CLI configures it: the decoder's limit + 64 KiB) and than the
 // dead-letter topic accepts (100 kB). It must still be dead-lettered — cut,

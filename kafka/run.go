@@ -342,8 +342,8 @@ type claimErrors interface {
 // strategy, as soon as the claim is revoked. sarama tells a cooperative
 // revoke only by closing the claim's Messages channel, after the messages
 // it still buffers (up to Consumer.ChannelBufferSize); the fetcher would
-// see it only once stage 0 worked through them, long after the revoke
-// (issue #9.5). The partition consumer's Errors channel closes at the same
+// see it only once stage 0 worked through them, long after the
+// revoke. The partition consumer's Errors channel closes at the same
 // time without waiting for anyone to read, so a watcher ranges over it
 // (logging what it carries, as the group's error log would) and cancels
 // the claim's context when it closes. release stops the watcher and waits

@@ -115,7 +115,7 @@ func recordWith(m *sarama.ConsumerMessage, hs []chain.Header) chain.Record {
 
 // headerArena hands out the chain's copies of records' headers from shared
 // blocks: one allocation per headerBlock headers instead of one per record
-// with headers (issue #13: it was the chain's only allocation per record on
+// with headers (otherwise the chain's only allocation per record on
 // the consumer's path). A block lives as long as any record using it; each
 // record's slice is capped at its own length, so an append to it copies
 // instead of writing into a neighbour's headers.

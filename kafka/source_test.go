@@ -50,7 +50,7 @@ func TestHeaderArenaRecords(t *testing.T) {
 }
 
 // drain takes the headers of a batch from the arena: far fewer allocations
-// than one per record with headers (issue #13).
+// than one per record with headers.
 func TestDrainHeaderAllocations(t *testing.T) {
 	const n = 256
 	msgs := make([]*sarama.ConsumerMessage, n)

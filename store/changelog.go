@@ -10,7 +10,7 @@ import (
 )
 
 // The changelog side of a partition's state (chain.ChangelogStore; DESIGN
-// §8). A changelog record is keyed by the user key; its value is
+// DESIGN.md "State that follows its partition"). A changelog record is keyed by the user key; its value is
 //
 //	<changelogVersion 1><expiry be64><user value>
 //

@@ -120,7 +120,7 @@
 // # Format versions
 //
 // The format covers the store's key layout and the values its users write.
-// Format 2 (issue #17) keeps the store's layout of format 1; what changed is
+// Format 2 keeps the store's layout of format 1; what changed is
 // the attribution processors' state, from one value per user to one key per
 // click and per install (processors/attribution, "State layout"). A format-1
 // database is not migrated: OpenPebble refuses it with ErrOldFormat and a
@@ -129,7 +129,7 @@
 // another instance) and the windows refill from the input. Any other
 // unknown format is ErrCorrupt.
 //
-// # Changelog (DESIGN §8)
+// # Changelog (DESIGN.md "State that follows its partition")
 //
 // A partition is also a chain.ChangelogStore: PrepareCheckpoint builds a
 // checkpoint's batch without writing it and returns its changelog records —

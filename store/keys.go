@@ -40,7 +40,7 @@ var metaVersionKey = []byte("m/version")
 
 // formatVersion is the format of a database: its key layout (above) and
 // the layout of the values its users write. 2: the attribution processors
-// keep one key per click and per install (issue #17); the store's own keys
+// keep one key per click and per install; the store's own keys
 // are as in 1.
 const formatVersion = 2
 

@@ -1,11 +1,11 @@
 // Package microbatch is the baseline the chain engine is measured against:
-// the micro-batch design of DESIGN §6 (poll a batch across the assigned
+// the micro-batch design of DESIGN.md "The micro-batch baseline" (poll a batch across the assigned
 // partitions; for each stage in chain order process the batch's records of
 // that stage with a worker pool and wait; wait for the outputs'
 // acknowledgements; checkpoint the state; commit), in the variants the
 // benchmark needs to give it its best chance:
 //
-//   - order: per partition (DESIGN §6) or, with KeyOrder, per key
+//   - order: per partition (DESIGN.md "The micro-batch baseline") or, with KeyOrder, per key
 //     (Sequence in offset order per partition, then each key's records as
 //     one task): the key parallelism the chain's stages have;
 //   - linger: BatchLinger after the first record (0: a poll returns what
@@ -32,7 +32,7 @@
 //
 // # Guarantees
 //
-// Outputs equal the reference model's (DESIGN §5): a partition's share of
+// Outputs equal the reference model's (DESIGN.md "Attribution rules"): a partition's share of
 // a batch is cut before the first record a follower stage could not yet
 // process under the chain's event-time gate (released after IdleTimeout,
 // like the chain's idle release). A batch in hand is finished even if the

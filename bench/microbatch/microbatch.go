@@ -103,7 +103,7 @@ func (m *Baseline) IdleReleases() int64 { return m.release.Load() }
 func (m *Baseline) Syncs() int64   { return m.syncs.Load() }
 func (m *Baseline) Commits() int64 { return m.commits.Load() }
 
-// Baseline is the micro-batch design of DESIGN §6, the design the chain
+// Baseline is the micro-batch design of DESIGN.md "The micro-batch baseline", the design the chain
 // replaces:
 //
 //	loop:
@@ -123,7 +123,7 @@ func (m *Baseline) Commits() int64 { return m.commits.Load() }
 // (chain.DeadLetter, chain.ProduceDeadLetter), the retry policy
 // (chain.RetryPolicy) and the eviction rule (chain.EvictBefore).
 //
-// One addition keeps its outputs those of DESIGN §5 (the reference model):
+// One addition keeps its outputs those of DESIGN.md "Attribution rules" (the reference model):
 // the chain's follower gate. An install at (o, t) may use a click at an
 // offset after o whose arrival watermark is <= t+Lateness, so the engine
 // processes it only once the click stage's watermark is > t+Lateness. A

@@ -46,7 +46,7 @@ func TestMicroBatchCutKeepsTheGate(t *testing.T) {
 }
 
 // TestCommitAndCheckpointModes runs the baseline over a small input in both
-// of its commit and checkpoint modes: DESIGN §6's (one checkpoint per
+// of its commit and checkpoint modes: the micro-batch baseline's (one checkpoint per
 // partition of a batch, synchronous commits on the group's client) and the
 // strongest's (one synced checkpoint of all a batch's partitions,
 // background commits on a client of its own). In both, once every record

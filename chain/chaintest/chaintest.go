@@ -12,7 +12,7 @@
 // stop a chain and start it again to check what a restart resumes from.
 //
 // With UseChangelog it simulates a fleet whose state follows its partitions
-// (DESIGN §8): an in-memory Changelog shared by every chain, and a local
+// (DESIGN.md "State that follows its partition"): an in-memory Changelog shared by every chain, and a local
 // store per simulated instance; Move stops the chain and starts partitions
 // on another instance, which must restore their state from the changelog.
 // FailCommits, ResetOffset and the Changelog's FailAppends and BeforeAppend

@@ -69,6 +69,7 @@ var commands = []command{
 	{"produce", "write a generated attribution workload to a topic", produceCmd},
 	{"bench", "compare the chain engine with the micro-batch baseline", benchCmd},
 	{"heavykey", "measure a heavy key's per-record cost against the other keys'", heavyKeyCmd},
+	{"bench-table", "print a bench JSON report's throughput table as Markdown", benchTableCmd},
 	{"version", "print the version", versionCmd},
 }
 

@@ -16,13 +16,13 @@ import (
 const benchSynopsis = `Measures the chain engine against two micro-batch baselines on the same broker,
 input, processors, store and worker cap: the strongest micro-batch (per-key
 order, no linger, one synced checkpoint batch, background commits, its batch
-size chosen by a sweep in the same run; the headline) and DESIGN §6's (the
+size chosen by a sweep in the same run; the headline) and the micro-batch baseline (the
 design the engine replaces). A and C measure the chain under --gate (the
 headline) and under the other gate scope (--one-gate: --gate only). Every
 throughput run is sized by time (at least --duration, which holds ten or
 more of the chain's checkpoints and commits), and every run's outputs are
 checked against the reference model (exit 1 if any design is incorrect).
---eos-cost measures instead the exactly-once cost table (issue #12): workloads
+--eos-cost measures instead the exactly-once cost table: workloads
 B and A, each of --guarantees at each of --commit-intervals, throughput and
 p99 side by side, every run checked (exactly-once's outputs read
 read_committed). Without --brokers it starts an embedded broker. The flags map
@@ -51,8 +51,8 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this `file` (its folder is created)")
 	fs.StringVar(&o.SVGPath, "svg", "", "write the SVG charts to this `file` (its folder is created)")
 	fs.Var(intListValue{&o.SweepBatchSizes}, "sweep", "batch `sizes` the strongest micro-batch is measured at (default 500,2000,8000,32000; --quick 500,4000)")
-	fs.IntVar(&o.BatchSize, "batch-size", 0, "DESIGN §6 baseline: its poll size in records (default 500)")
-	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "DESIGN §6 baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
+	fs.IntVar(&o.BatchSize, "batch-size", 0, "micro-batch baseline: its poll size in records (default 500)")
+	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "micro-batch baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
 	fs.IntVar(&o.BufferSize, "buffer", 0, fmt.Sprintf("the chain's handoff buffer per partition (default %d)", chain.DefaultBufferSize))
 	gate := string(chain.GateKey)
 	fs.Var(enumValue{&gate, gateValues}, "gate", gateUsage)

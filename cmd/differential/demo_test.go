@@ -14,8 +14,9 @@ func TestDemoVerifiesAndReports(t *testing.T) {
 	require.Equal(t, exitOK, code, errs)
 	require.Contains(t, out, "Differential demo: 5,000 records, 3 partitions, seed 2")
 	require.Contains(t, out, "verification    OK")
-	require.Regexp(t, `outputs\s+[\d,]+ \(installs [\d,]+, purchases [\d,]+\)`, out)
+	require.Regexp(t, `outputs\s+[\d,]+ = [\d,]+ installs \(`, out)
 	require.Regexp(t, `dead-lettered\s+[1-9]`, out)
+	requireReportAddsUp(t, out)
 	require.Contains(t, errs, "click pos 5,000", "the progress shows every stage at the end")
 }
 
@@ -44,7 +45,8 @@ func TestDemoGateScopes(t *testing.T) {
 			require.Equal(t, exitOK, code, errs)
 			require.Contains(t, out, "key concurrency 8, "+gate+" gate")
 			require.Contains(t, out, "verification    OK")
-			require.Regexp(t, `outputs\s+[1-9][\d,]* \(installs`, out)
+			require.Regexp(t, `outputs\s+[1-9][\d,]* = [\d,]+ installs \(`, out)
+			requireReportAddsUp(t, out)
 		})
 	}
 }

@@ -187,9 +187,10 @@ func TestUnknownFlagIsOneLineOnStderr(t *testing.T) {
 }
 
 // TestHelpSpellsFlagsAsTheREADME: `help <command>` is the command's own
-// help; every flag is shown as --name; every default appears at most once.
+// help; every flag is shown as --name; every default appears at most once;
+// and every `differential ...` command of README.md and docs/*.md parses.
 func TestHelpSpellsFlagsAsTheREADME(t *testing.T) {
-	for _, cmd := range []string{"run", "produce", "demo", "bench"} {
+	for _, cmd := range []string{"run", "produce", "demo", "bench", "heavykey"} {
 		code, viaHelp, _ := runCLI(t, hooks{}, "help", cmd)
 		require.Equal(t, exitOK, code)
 		code, out, _ := runCLI(t, hooks{}, cmd, "--help")
@@ -211,6 +212,9 @@ func TestHelpSpellsFlagsAsTheREADME(t *testing.T) {
 	code, _, errs := runCLI(t, hooks{}, "help", "serve")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errs, `unknown command "serve"`)
+
+	// Every command the README and docs/ show parses against the CLI.
+	requireDocCommandsParse(t)
 }
 
 // TestSettingsPrecedence: flag > environment > configuration file >

@@ -78,7 +78,7 @@ func defaultRunOptions() runOptions {
 	}
 }
 
-var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN §5) over --topic
+var runSynopsis = `Runs the click -> install -> purchase attribution chain (DESIGN.md "Attribution rules") over --topic
 as a member of --group, writing attributed installs and purchases to --output
 and invalid records to --dlq. Stops cleanly on SIGTERM/SIGINT (drain, final
 commit, exit 0). With --velocity-window, a velocity stage between click and

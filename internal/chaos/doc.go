@@ -21,7 +21,7 @@
 // the group's lag back at zero, and what /healthz said meanwhile (Table).
 //
 // Timing-independence: outputs depend on timing only through idle release
-// (DESIGN §3), so the engine runs with an IdleTimeout above every stall a
+// (DESIGN.md "Mechanisms"), so the engine runs with an IdleTimeout above every stall a
 // schedule injects, each partition's input ends with a marker click that
 // releases the tail by the gate's own rule (endMarkers), and the results
 // report the idle releases /metrics counted (0 in a valid run).

@@ -28,7 +28,7 @@ func (s lagSample) lag() int64 { return s.end - s.committed }
 
 // Recovery is judged with a window: the event-time gate holds each
 // partition's newest records until a later record arrives (an install
-// waits for a click with a later time, DESIGN §3), so a streaming input's
+// waits for a click with a later time, DESIGN.md "Mechanisms"), so a streaming input's
 // lag is rarely exactly 0. A partition is caught up when every record
 // written more than CatchUpWindow ago is committed; measured on this
 // machine, that holds in >95% of the samples of an undisturbed run with the

@@ -75,7 +75,7 @@ type Config struct {
 	// can stop moving during a schedule (an injected stall or a schedule
 	// that outlasts the paced records): a release by idleness lets an
 	// install pass before its partition's later clicks are read, which
-	// makes the outputs depend on timing (DESIGN §3).
+	// makes the outputs depend on timing (DESIGN.md "Mechanisms").
 	CommitInterval, IdleTimeout, StallTimeout time.Duration
 	// StepTimeout bounds every wait of a run (recovery, completion, a
 	// clean stop).
@@ -631,7 +631,7 @@ func (r *Run) workload() []workload.Record {
 
 // endMarkers returns, for each partition, a valid click later than every
 // event of the workload. The install and purchase stages skip a click, and
-// a skipped record waits only for its leader's position (DESIGN §3), so the
+// a skipped record waits only for its leader's position (DESIGN.md "Mechanisms"), so the
 // marker lets every stage pass the partition's last real record on the
 // gate's own rule instead of an idle release: the tail costs no
 // IdleTimeout, and IdleTimeout can stay above every injected stall.

@@ -23,7 +23,7 @@ func Scenarios() []Scenario {
 		{Name: "rolling-restart", Seed: 1403, Guarantee: AtLeastOnce, Faults: rollingRestart},
 		{Name: "output-leader-kill", Seed: 1404, Guarantee: AtLeastOnce, Faults: outputLeaderKill, ExpectStall: true},
 		{Name: "broker-and-engine-kill", Seed: 1405, Guarantee: AtLeastOnce, Faults: brokerAndEngineKill},
-		// The same faults in exactly-once mode (issue #12): the engine is
+		// The same faults in exactly-once mode: the engine is
 		// killed with a transaction open; read_committed, nothing repeats.
 		{Name: "exactly-once-broker-and-engine-kill", Seed: 1406, Guarantee: ExactlyOnce, Faults: brokerAndEngineKill},
 		{Name: "exactly-once-rolling-restart", Seed: 1407, Guarantee: ExactlyOnce, Faults: rollingRestart},

@@ -144,7 +144,7 @@ const stuckAfter = 3 * time.Minute
 // idleTimeout is the crash tests' idle release: long enough that a fetcher
 // stalled by a loaded machine (GC, two cores shared with brokers and other
 // tests) never releases a follower mid-stream past a leader record not yet
-// fetched — the idle release trades completeness for progress (DESIGN §3),
+// fetched — the idle release trades completeness for progress (DESIGN.md "Mechanisms"),
 // and a 200 ms one made these tests' results timing-dependent in CI (an
 // install attributed to an older click) — and short enough that the input's
 // tail, released only by it, costs the run a few seconds.

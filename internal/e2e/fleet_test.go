@@ -145,7 +145,7 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		"--group", f.group, "--state-dir", filepath.Join(f.dirs, name), "--assignor", f.assignor,
 		"--commit-interval", "200ms",
 		// No idle release mid-stream: a slice's tail waits for the next
-		// slice, so the outputs are those of the whole log (DESIGN §5:
+		// slice, so the outputs are those of the whole log (DESIGN.md "Attribution rules":
 		// idle release trades completeness for progress). Sentinels end it.
 		"--idle-timeout", "10m",
 		"--max-record-bytes", strconv.Itoa(f.cfg.MaxRecordBytes), "--log-format", "json", "--log-level", level)

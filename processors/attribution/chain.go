@@ -97,7 +97,7 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// sequence is the shared deduplication (DESIGN §5 "Duplicates"): a record is
+// sequence is the shared deduplication (DESIGN.md "Attribution rules", duplicates): a record is
 // a duplicate when an earlier non-duplicate record with the same (type,
 // event_id) has S(o) − time ≤ DedupHorizon. The state keeps, per (type,
 // event_id), the latest time of its non-duplicate records, which decides
@@ -182,7 +182,7 @@ func (p *InstallProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, e
 	return sequence(&p.cfg, pc, ev)
 }
 
-// Process applies DESIGN §5's install rule. Candidates are the user's
+// Process applies DESIGN.md "Attribution rules" install rule. Candidates are the user's
 // stored clicks with time ≤ t, t − time ≤ Lookback, max(S(o), t) − time ≤
 // Lookback+Lateness and (offset < o or arrival ≤ t+Lateness); the winner
 // has the latest time, ties to the larger offset. The engine's gate
@@ -290,7 +290,7 @@ func (p *PurchaseProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, 
 	return sequence(&p.cfg, pc, ev)
 }
 
-// Process applies DESIGN §5's purchase rule: among the user's stored
+// Process applies DESIGN.md "Attribution rules" purchase rule: among the user's stored
 // installs at offsets < o with max(S(o), t) − time ≤ InstallRetention, the
 // one at the largest offset (the latest in the log). A reverse scan from o
 // takes the first usable install; it stops early when an install's max time

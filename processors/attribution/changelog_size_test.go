@@ -83,8 +83,8 @@ func changelogBytesAfterHistory(t *testing.T, history int) int {
 }
 
 // TestChangelogDoesNotGrowWithHistory: the changelog records a record adds
-// do not depend on how many clicks and installs its user already has
-// (issue #17): one key per click and per install, so a click, an install
+// do not depend on how many clicks and installs its user already
+// has: one key per click and per install, so a click, an install
 // and a purchase write the same keys, of the same size, after a history of
 // 10 as after one of 2,000. With one list per user (layout 1) the install
 // rewrote — and the changelog carried — the user's whole install list.

@@ -12,7 +12,7 @@ import (
 // Lookback+Lateness and expiries computed from them cannot overflow.
 const maxWindow = 100 * 365 * 24 * time.Hour
 
-// Config holds the attribution rules' parameters (DESIGN §5).
+// Config holds the attribution rules' parameters (DESIGN.md "Attribution rules").
 type Config struct {
 	// Lookback is how far before an install a click may be (t − click.time ≤ Lookback).
 	Lookback time.Duration
@@ -102,7 +102,7 @@ func (v VelocityConfig) validate() []error {
 // letters. It also bounds what one buffered record can hold in memory.
 const DefaultMaxRecordBytes = 64 << 10
 
-// DefaultConfig returns the defaults of DESIGN §5: Lookback 7 days,
+// DefaultConfig returns the defaults of DESIGN.md "Attribution rules": Lookback 7 days,
 // Lateness 0, InstallRetention 30 days, DedupHorizon = Lookback,
 // MaxClockSkew 1 hour, MaxRecordBytes DefaultMaxRecordBytes (64 KiB).
 func DefaultConfig() Config {

@@ -13,13 +13,13 @@ import (
 // MinTime and MaxTime bound valid event times (exclusive). The engine keeps
 // stream times as Unix nanoseconds starting from 0 ("no valid record yet"),
 // so an event time must have a positive Unix-nanosecond value to take part
-// in stream time exactly as DESIGN §5 defines it.
+// in stream time exactly as DESIGN.md "Attribution rules" defines it.
 var (
 	MinTime = time.Unix(0, 0).UTC()
 	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// Decoder returns the chain.Decoder of the attribution events (DESIGN §5).
+// Decoder returns the chain.Decoder of the attribution events (DESIGN.md "Attribution rules").
 // It panics if cfg is invalid (see Config.Validate).
 //
 // A record is valid when its value, at most MaxRecordBytes long, is one JSON
@@ -41,7 +41,7 @@ var (
 // currency) must have their JSON type (string; revenue a number) whatever
 // the event type, or be null, which counts as absent.
 //
-// Key: DESIGN §5 says key = user_id, and the engine runs records of one
+// Key: DESIGN.md "Attribution rules" says key = user_id, and the engine runs records of one
 // Kafka key in order while different keys may run in parallel. The
 // processors keep per-user state (read-modify-write of the "c/"+user_id buckets and
 // "i/"+user_id), so a record whose key differs from its user_id could race

@@ -38,7 +38,7 @@ const (
 func (s schedule) String() string { return [...]string{"eager", "stagewise", "random"}[s] }
 
 // sim runs the attribution chain over one partition the way the engine
-// does (DESIGN §3, §5): decode once, S(o) over valid records, Sequence in
+// does (DESIGN.md "Mechanisms", "Attribution rules"): decode once, S(o) over valid records, Sequence in
 // offset order, Process (possibly out of order across keys), the follower
 // gate next(leader) > o and wm(leader) > t + Lateness (released when the
 // leader completed the whole log: idle), eviction of expired entries at

@@ -1,5 +1,5 @@
 // Package attribution is the click → install → purchase attribution chain
-// of DESIGN §5: a Decoder that validates the JSON events, and three stages
+// of DESIGN.md "Attribution rules": a Decoder that validates the JSON events, and three stages
 // (Chain) whose processors match installs to clicks and purchases to
 // installs within one partition; and, with Config.Velocity, a fourth stage
 // between click and install that alerts on click spam (VelocityProcessor).
@@ -7,7 +7,7 @@
 // topic) builds the *chain.Chain wired the way the rules need: the follower
 // gate's lateness is Config.Lateness.
 //
-// # Rules (DESIGN §5, record for record)
+// # Rules (DESIGN.md "Attribution rules", record for record)
 //
 // S(o) is the largest event time among valid records at offsets < o
 // (Context.StreamTime); a click's arrival watermark is A = max(S(o), t).
@@ -34,14 +34,14 @@
 //     (AppendAlert) to the alerts topic.
 //
 // Output records: key = user_id, value = AppendInstall / AppendPurchase
-// (DESIGN §5's field order; times in TimeFormat, RFC 3339 UTC with nine
+// (DESIGN.md "Attribution rules" field order; times in TimeFormat, RFC 3339 UTC with nine
 // fractional digits; revenue copied verbatim from the input), one header
 // SourceHeader = "<partition>/<offset>" of the input record, written by
 // SourceValue and read by ParseSource (the only parser of it).
 //
 // # State layout
 //
-// Layout 2 (issue #17): every click and every install has its own key, so
+// Layout 2: every click and every install has its own key, so
 // that no record's cost grows with its user's history. <user> is the user
 // id length-prefixed (uvarint length, then its bytes): one user's keys form
 // a contiguous range no other user's keys enter; <time> and <offset> are 8
@@ -128,7 +128,7 @@
 // guarantees every click with A ≤ t+Lateness is stored when the install is
 // processed, and the rule ignores stored clicks with A > t+Lateness, so the
 // result does not depend on how far ahead the click stage is (except under
-// idle release, DESIGN §5).
+// idle release, DESIGN.md "Attribution rules").
 //
 // # Gate scope
 //

@@ -46,7 +46,7 @@ type PurchaseOutput struct {
 	Currency string
 }
 
-// AppendInstall appends the JSON of o to dst, fields in DESIGN §5's order:
+// AppendInstall appends the JSON of o to dst, fields in DESIGN.md "Attribution rules" order:
 //
 //	{"kind":"install","event_id":…,"user_id":…,"time":…,"attributed":…,"click_id":…,"campaign_id":…,"channel":…,"click_time":…}
 //
@@ -74,7 +74,7 @@ func AppendInstall(dst []byte, o InstallOutput) []byte {
 	return append(dst, '}')
 }
 
-// AppendPurchase appends the JSON of p to dst, fields in DESIGN §5's order:
+// AppendPurchase appends the JSON of p to dst, fields in DESIGN.md "Attribution rules" order:
 //
 //	{"kind":"purchase","event_id":…,"user_id":…,"time":…,"install_id":…,"campaign_id":…,"revenue":…,"currency":…}
 func AppendPurchase(dst []byte, p PurchaseOutput) []byte {

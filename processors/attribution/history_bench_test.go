@@ -22,7 +22,7 @@ import (
 // already have a history of 10 or of 10,000 events inside the windows: as
 // many clicks within the lookback and as many installs within the
 // retention, persisted by a checkpoint. A record's cost must not depend on
-// it (issue #17): compare the two sub-benchmarks of a processor.
+// it: compare the two sub-benchmarks of a processor.
 //
 // Both sizes hold the same 200,000 events in the store (10,000 keys with a
 // history of 10, or 10 keys with a history of 10,000), so only the

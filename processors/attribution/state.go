@@ -30,7 +30,7 @@ const (
 	SeenKeyPrefix = "d/"
 )
 
-// Value versions: the first byte of every state value. Layout 2 (issue #17,
+// Value versions: the first byte of every state value. Layout 2 (
 // one key per click and per install) changed clicks and installs; seen
 // values are as in layout 1.
 const (

@@ -66,7 +66,7 @@ func AppendAlert(dst []byte, a AlertOutput) []byte {
 // time and emits an alert when the count exceeds Velocity.Threshold.
 //
 // The rule, for a non-duplicate valid click c of user u at offset o, time t,
-// with S = S(o) and arrival watermark A(c) = max(S, t) (DESIGN §5):
+// with S = S(o) and arrival watermark A(c) = max(S, t) (DESIGN.md "Attribution rules"):
 //
 //   - count(c) is the processors/window count with Window, Bucket and
 //     Lateness of Velocity (c is not counted, and raises nothing, when
@@ -79,7 +79,7 @@ func AppendAlert(dst []byte, a AlertOutput) []byte {
 // Alerts go to the stage's alerts topic (AlertsTopic; the chain's output
 // topic by default), key = user_id, value AppendAlert, with the
 // SourceHeader of the click. Duplicates are decided by the stage's own
-// Sequence with the rule every stage uses (DESIGN §5), on its own keys.
+// Sequence with the rule every stage uses (DESIGN.md "Attribution rules"), on its own keys.
 type VelocityProcessor struct {
 	cfg     Config
 	topic   string

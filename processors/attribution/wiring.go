@@ -15,7 +15,7 @@ type Wiring struct {
 	// Gate, if set, is the followers' gate scope instead of Chain's
 	// chain.GateKey: chain.GatePartition makes every follower wait for its
 	// leader's whole partition (the rule before key scope; the outputs are
-	// the same, DESIGN §3). "" keeps GateKey.
+	// the same, DESIGN.md "Mechanisms"). "" keeps GateKey.
 	Gate chain.GateScope
 	// Stages, if set, is given the stages of Chain(cfg) (KeyConcurrency
 	// applied) and returns the stages to run: benchmarks wrap processors
@@ -35,7 +35,7 @@ type Wiring struct {
 // of Chain(cfg), Decoder(cfg), and opts, with the follower gate's event-time
 // distance set to cfg.Lateness (chain.WithLateness, applied after opts so
 // nothing overrides it): the install rule relies on the click stage's
-// watermark having passed t+Lateness (DESIGN §5). It fails, like chain.New,
+// watermark having passed t+Lateness (DESIGN.md "Attribution rules"). It fails, like chain.New,
 // with a message saying what to fix; it panics if cfg is invalid (see
 // Config.Validate).
 func NewChain(cfg Config, opts ...chain.Option) (*chain.Chain, error) {

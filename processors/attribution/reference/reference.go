@@ -1,4 +1,4 @@
-// Package reference is a plain, independent implementation of DESIGN §5's
+// Package reference is a plain, independent implementation of DESIGN.md "Attribution rules"
 // attribution semantics over the records of one partition, for testing the
 // attribution processors and the engine against.
 //
@@ -77,7 +77,7 @@ type Invalid struct {
 	Reason string
 }
 
-// Result is what DESIGN §5 prescribes for one partition's log.
+// Result is what DESIGN.md "Attribution rules" prescribes for one partition's log.
 type Result struct {
 	// Installs and Purchases are the stages' outputs in offset order.
 	Installs  []Output
@@ -97,7 +97,7 @@ type Result struct {
 
 var currencyRE = regexp.MustCompile(`^[A-Za-z]{3}$`)
 
-// Parse validates one record the way DESIGN §5 (as specified by
+// Parse validates one record the way DESIGN.md "Attribution rules" (as specified by
 // attribution.Decoder's documentation) says, independently of the
 // attribution package's decoder.
 func Parse(r *chain.Record, cfg attribution.Config) (attribution.Event, error) {
@@ -206,7 +206,7 @@ type rec struct {
 	campaign   string
 }
 
-// Run applies DESIGN §5 to the records of one partition (any order; they
+// Run applies DESIGN.md "Attribution rules" to the records of one partition (any order; they
 // are sorted by offset) and returns the outputs, the dead letters and the
 // final usable state.
 func Run(records []chain.Record, cfg attribution.Config) Result {
