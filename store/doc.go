@@ -136,8 +136,10 @@
 // the last write of every key the batch writes (a tombstone for a deletion),
 // then a tombstone for every key it evicts, in the batch's own order — and
 // holds the partition's checkpoint lock until Commit (the batch, with the
-// changelog offset under l/) or Abort (nothing written, writes stay
-// pending). Restore applies changelog records in unsynced batches of at
+// changelog offset under l/, not synced: the changelog already holds the
+// records durably, and a crash that loses the batch leaves an earlier
+// checkpoint whose offset says where to catch up from) or Abort (nothing
+// written, writes stay pending). Restore applies changelog records in unsynced batches of at
 // most 4 MiB, each recording the offset after its last record and removing
 // the stage checkpoints (it adds the restored keys to the filter of
 // persisted keys before each batch commits, and drops the cached scan

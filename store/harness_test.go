@@ -22,6 +22,8 @@ type harness struct {
 	crash func(t *testing.T)
 	// restart closes the store cleanly and opens it again.
 	restart func(t *testing.T)
+	// lossy: crash loses what was written without a sync.
+	lossy bool
 }
 
 func (h *harness) engine() *engine {
@@ -66,7 +68,7 @@ func newPebbleMemHarness(t *testing.T) *harness {
 		require.NoError(t, err)
 		return db
 	}
-	h := &harness{store: open(t), seeds: 40}
+	h := &harness{store: open(t), seeds: 40, lossy: true}
 	// A crash keeps exactly what Pebble synced.
 	h.crash = func(t *testing.T) {
 		crashed := fs.CrashClone(vfs.CrashCloneCfg{})
