@@ -161,6 +161,18 @@
 // plus those completed since the last checkpoint. After a checkpoint
 // commits, overlay entries with no pending write left are dropped.
 //
+// # The persisted layer in memory
+//
+// A partition of a DB reads its persisted keys from a mirror, an in-memory
+// B-tree copy of them, while the mirrors of the DB fit in one budget
+// (WithStateCacheBytes, DefaultStateCacheBytes): Get, range reads and
+// eviction's index walk and lookups then never reach Pebble. Every batch
+// still goes to Pebble first, and to the mirror once Pebble committed it;
+// a partition whose state does not fit when it is opened, or whose mirror
+// would grow past the budget, reads Pebble. Which one a partition uses
+// changes no result (cache.go). Memory has no mirror: its persisted layer
+// is already a map.
+//
 // # Concurrency
 //
 // A PartitionStore and its StageStates are safe for concurrent use: stages

@@ -672,6 +672,9 @@ func (p *partitionStore) Close() error {
 	p.dropLocked()
 	p.mu.Unlock()
 	if !closed {
+		if m, ok := p.be.(*mirrored); ok {
+			m.drop()
+		}
 		p.e.unregister(p)
 	}
 	return nil
