@@ -165,7 +165,7 @@
 //
 // A partition of a DB reads its persisted keys from a mirror, an in-memory
 // B-tree copy of them, while the mirrors of the DB fit in one budget
-// (WithStateCacheBytes, DefaultStateCacheBytes): Get, range reads and
+// (WithStateCacheBytes; none by default): Get, range reads and
 // eviction's index walk and lookups then never reach Pebble. Every batch
 // still goes to Pebble first, and to the mirror once Pebble committed it;
 // a partition whose state does not fit when it is opened, or whose mirror

@@ -68,7 +68,11 @@ func newMemoryHarness(t *testing.T) *harness {
 	return h
 }
 
-func newPebbleMemHarness(t *testing.T) *harness { return newPebbleMemHarnessWith(t) }
+// newPebbleMemHarness mirrors every partition (pebble-disk runs with the
+// default, no mirror; pebble-memfs-tinycache drops its mirrors).
+func newPebbleMemHarness(t *testing.T) *harness {
+	return newPebbleMemHarnessWith(t, WithStateCacheBytes(1<<30))
+}
 
 func newPebbleMemHarnessWith(t *testing.T, opts ...Option) *harness {
 	fs := vfs.NewCrashableMem()
@@ -78,7 +82,7 @@ func newPebbleMemHarnessWith(t *testing.T, opts ...Option) *harness {
 		return db
 	}
 	h := &harness{store: open(t), seeds: 40, lossy: true}
-	if len(opts) > 0 {
+	if len(opts) > 1 || len(opts) == 1 && !isFullCache(opts[0]) {
 		h.seeds = 8 // the same store code on another read path: fewer histories
 	}
 	// A crash keeps exactly what Pebble synced.
@@ -214,4 +218,10 @@ func (h *harness) allKeys(t *testing.T, partition int32) int {
 	n := 0
 	require.NoError(t, h.engine().be.scan(ks.prefix, ks.end(), func([]byte) bool { n++; return true }))
 	return n
+}
+
+func isFullCache(o Option) bool {
+	var c config
+	o.apply(&c)
+	return c.cacheBytes >= 1<<30
 }

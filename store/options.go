@@ -45,8 +45,8 @@ func WithPebbleOptions(fn func(*pebble.Options)) Option {
 // WithStateCacheBytes bounds the memory of the in-memory copies of the
 // partitions' persisted state (all partitions of the DB together): a
 // partition whose state fits in what is left is read from memory, the others
-// from Pebble (same results, more CPU). 0 or less: none is kept. Default:
-// DefaultStateCacheBytes.
+// from Pebble (same results, another CPU cost). 0 or less: none is kept.
+// Default: DefaultStateCacheBytes (none).
 func WithStateCacheBytes(n int64) Option {
 	return optionFunc(func(c *config) { c.cacheBytes = n })
 }
