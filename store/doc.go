@@ -136,8 +136,10 @@
 // the last write of every key the batch writes (a tombstone for a deletion),
 // then a tombstone for every key it evicts, in the batch's own order — and
 // holds the partition's checkpoint lock until Commit (the batch, with the
-// changelog offset under l/) or Abort (nothing written, writes stay
-// pending). Restore applies changelog records in unsynced batches of at
+// changelog offset under l/, not synced: the changelog already holds the
+// records durably, and a crash that loses the batch leaves an earlier
+// checkpoint whose offset says where to catch up from) or Abort (nothing
+// written, writes stay pending). Restore applies changelog records in unsynced batches of at
 // most 4 MiB, each recording the offset after its last record and removing
 // the stage checkpoints (it adds the restored keys to the filter of
 // persisted keys before each batch commits, and drops the cached scan
@@ -158,6 +160,18 @@
 // checkpointed: they are bounded by the records the chain has in flight
 // plus those completed since the last checkpoint. After a checkpoint
 // commits, overlay entries with no pending write left are dropped.
+//
+// # The persisted layer in memory
+//
+// A partition of a DB reads its persisted keys from a mirror, an in-memory
+// B-tree copy of them, while the mirrors of the DB fit in one budget
+// (WithStateCacheBytes; none by default): Get, range reads and
+// eviction's index walk and lookups then never reach Pebble. Every batch
+// still goes to Pebble first, and to the mirror once Pebble committed it;
+// a partition whose state does not fit when it is opened, or whose mirror
+// would grow past the budget, reads Pebble. Which one a partition uses
+// changes no result (cache.go). Memory has no mirror: its persisted layer
+// is already a map.
 //
 // # Concurrency
 //

@@ -12,7 +12,10 @@ import (
 // partitions.
 type engine struct {
 	be backend
-	mu struct {
+	// budget bounds the memory of the partitions' mirrors (cache.go); nil:
+	// partitions read be directly.
+	budget *cacheBudget
+	mu     struct {
 		sync.Mutex
 		closed bool
 		open   map[string]*partitionStore // by key prefix
@@ -52,10 +55,23 @@ func (e *engine) openPartition(topic string, partition int32, stages []string) (
 	e.mu.Unlock()
 	// Registered, so no other handle of the partition can write meanwhile;
 	// nobody else has p yet.
-	f, err := p.buildFilter()
+	var err error
+	if e.budget != nil {
+		var m *mirrored
+		if m, err = newMirrored(e.be, e.budget, p.ks.prefix, p.ks.end()); err == nil {
+			p.be = m
+		}
+	}
+	var f *keyFilter
+	if err == nil {
+		f, err = p.buildFilter()
+	}
 	e.mu.Lock()
 	if err != nil {
 		delete(e.mu.open, p.id)
+		if m, ok := p.be.(*mirrored); ok {
+			m.drop()
+		}
 		return nil, &Error{Topic: topic, Partition: partition, Op: "open", Err: err}
 	}
 	p.filter.Store(f)

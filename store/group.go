@@ -64,7 +64,7 @@ func CheckpointAll(items []PartitionCheckpoint) error {
 		pc.seal(noChangelog)
 		pcs = append(pcs, pc)
 	}
-	b := parts[0].be.newBatch()
+	b := parts[0].e.be.newBatch()
 	for _, pc := range pcs {
 		pc.b.(*recordingBatch).replay(b)
 	}
@@ -73,6 +73,9 @@ func CheckpointAll(items []PartitionCheckpoint) error {
 		return fmt.Errorf("store: checkpoint of %d partitions: %w", len(parts), err)
 	}
 	for _, pc := range pcs {
+		if m, ok := pc.p.be.(*mirrored); ok {
+			m.applyRecorded(pc.b.(*recordingBatch).ops)
+		}
 		pc.applied()
 	}
 	return nil

@@ -11,9 +11,10 @@ import (
 type Option interface{ apply(*config) }
 
 type config struct {
-	logger *slog.Logger
-	fs     vfs.FS
-	tune   func(*pebble.Options)
+	cacheBytes int64
+	logger     *slog.Logger
+	fs         vfs.FS
+	tune       func(*pebble.Options)
 }
 
 type optionFunc func(*config)
@@ -39,4 +40,13 @@ func WithFS(fs vfs.FS) Option {
 // not change FS, Logger or the comparer. Default: none.
 func WithPebbleOptions(fn func(*pebble.Options)) Option {
 	return optionFunc(func(c *config) { c.tune = fn })
+}
+
+// WithStateCacheBytes bounds the memory of the in-memory copies of the
+// partitions' persisted state (all partitions of the DB together): a
+// partition whose state fits in what is left is read from memory, the others
+// from Pebble (same results, another CPU cost). 0 or less: none is kept.
+// Default: DefaultStateCacheBytes (none).
+func WithStateCacheBytes(n int64) Option {
+	return optionFunc(func(c *config) { c.cacheBytes = n })
 }

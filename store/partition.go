@@ -277,10 +277,22 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 
 // commit writes the prepared batch with the changelog offset (noChangelog:
 // the offset is deleted) and updates the in-memory state; it releases ckpt.
+//
+// With a changelog offset the batch is not synced: the changelog holds the
+// state durably (its records were acknowledged before this commit), the
+// batch records which prefix of it the local entries are, and Pebble
+// persists batches atomically and in order, so a machine crash leaves the
+// local state at an earlier checkpoint that says where it is, and the
+// restore catches it up from the changelog. Without a changelog the local
+// store is the only copy of the state, and the batch is synced.
 func (pc *prepared) commit(changelogOffset int64) error {
 	defer pc.release()
 	pc.seal(changelogOffset)
-	if err := pc.b.commit(); err != nil {
+	write := pc.b.commit
+	if changelogOffset != noChangelog {
+		write = pc.b.commitNoSync
+	}
+	if err := write(); err != nil {
 		// Nothing was applied and nothing was removed from the pending
 		// lists: a retry persists the same writes.
 		return pc.p.err("checkpoint", err)
@@ -660,6 +672,9 @@ func (p *partitionStore) Close() error {
 	p.dropLocked()
 	p.mu.Unlock()
 	if !closed {
+		if m, ok := p.be.(*mirrored); ok {
+			m.drop()
+		}
 		p.e.unregister(p)
 	}
 	return nil

@@ -25,7 +25,7 @@ var _ chain.Store = (*DB)(nil)
 
 // OpenPebble opens (creating if needed) the Pebble database in dir.
 func OpenPebble(dir string, opts ...Option) (*DB, error) {
-	cfg := config{logger: slog.New(slog.DiscardHandler)}
+	cfg := config{logger: slog.New(slog.DiscardHandler), cacheBytes: DefaultStateCacheBytes}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -68,6 +68,9 @@ func OpenPebble(dir string, opts ...Option) (*DB, error) {
 	db := &DB{pb: &pebbleBackend{}}
 	db.pb.mu.db = pdb
 	db.engine.init(db.pb)
+	if cfg.cacheBytes > 0 {
+		db.engine.budget = &cacheBudget{limit: cfg.cacheBytes}
+	}
 	return db, nil
 }
 

@@ -39,7 +39,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	// every sarama client (consumer group, commits, pollers, producer).
 	reg := metrics.NewRegistry()
 
-	db, err := store.OpenPebble(o.stateDir, store.WithLogger(log))
+	db, err := store.OpenPebble(o.stateDir, store.WithLogger(log), store.WithStateCacheBytes(o.stateCache))
 	if err != nil {
 		return stateDirError(o.stateDir, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/store"
 )
 
 // runOptions are the settings of `differential run`, from flags and the
@@ -22,6 +23,7 @@ type runOptions struct {
 	topic          string
 	group          string
 	stateDir       string
+	stateCache     int64
 	changelog      bool
 	changelogTopic string
 	guarantee      string
@@ -68,7 +70,7 @@ func defaultRunOptions() runOptions {
 		engineSettings: defaultEngineSettings(),
 
 		topic: "events", group: "differential-attribution",
-		stateDir: "differential-state", changelog: true, assignor: assignorSticky,
+		stateDir: "differential-state", stateCache: store.DefaultStateCacheBytes, changelog: true, assignor: assignorSticky,
 		guarantee: defaultGuarantee, metaVersion: "3", txnTimeout: kafka.DefaultTransactionTimeout,
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
@@ -96,6 +98,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.output, "output", o.output, "output `topic` of attributed installs and purchases (must exist)")
 	fs.StringVar(&o.dlq, "dlq", o.dlq, "dead-letter `topic` (must exist); empty: invalid records are only logged")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "`directory` of the Pebble window state (one per process)")
+	fs.Int64Var(&o.stateCache, "state-cache-bytes", o.stateCache, "memory `bytes` for in-memory copies of the partitions' window state, all partitions together: a partition whose state fits is read from memory, the others from Pebble (same results, more CPU); 0: none")
 	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
 	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: each commit interval is one Kafka transaction; read_committed readers see every output once, ever)")
@@ -164,6 +167,8 @@ func (o *runOptions) validate() error {
 		return usagef("--group is required")
 	case o.stateDir == "":
 		return usagef("--state-dir is required")
+	case o.stateCache < 0:
+		return usagef("--state-cache-bytes must be >= 0, got %d", o.stateCache)
 	case o.output == o.topic || o.dlq == o.topic:
 		return usagef("--output and --dlq must differ from the input --topic %q", o.topic)
 	case o.velocity.alerts != "" && (o.velocity.alerts == o.topic || o.velocity.alerts == o.dlq):
