@@ -2,47 +2,16 @@ package commit
 
 import (
 	"encoding/base64"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// Offsets completed above a stage's position (DESIGN.md "The commit manager":
-// the alternative to draining until every stage's completed set is
-// contiguous). Checkpoint.Above lists them; version 3 of the metadata
-// carries them (see the package doc).
-
-const (
-	metadataV3 = "dfl3:"
-	// aboveTag opens the above section of one stage: ";a" idx "=" set.
-	aboveTag = ";a"
-	// aboveOverhead is the longest above section without its set's digits:
-	// the tag, a stage index (at most 2 base-36 digits: MaxStages < 36*36),
-	// "=" and the set's kind ("r" or "b").
-	aboveOverhead = len(aboveTag) + 2 + 1 + 1
-)
+// The encoding of a set of offsets completed above a stage's position
+// (Checkpoint.Above), as version 3 of the metadata carries it (codec.go).
 
 var b64 = base64.RawURLEncoding
-
-// MaxAboveSpan returns the span that the above sets of stages stages always
-// fit in: when every stage's Above lies within [Next, Next+span), the
-// metadata of any positions, watermarks and changelog offset fits in
-// MaxMetadataLen (the bitmap of a set is at most ceil(span/8) bytes,
-// base64). A stage must not begin an offset above its position + span
-// (Tracker.SetSpan). It returns 0 when stages is out of range.
-func MaxAboveSpan(stages int) int {
-	if stages <= 0 || stages > MaxStages {
-		return 0
-	}
-	fixed := len(metadataV3) + hashLen + 1 + stages*maxStageLen - 1 + maxChangelogLen
-	per := (MaxMetadataLen-fixed)/stages - aboveOverhead
-	if per <= 0 {
-		return 0
-	}
-	return per * 3 / 4 * 8 // base64 without padding: 4 characters per 3 bytes
-}
 
 // validAbove reports whether above is strictly increasing and every offset
 // is at or above next. (Next itself may be in the set: a stage restored
@@ -164,93 +133,4 @@ func decodeAbove(s string, next int64) ([]int64, bool) {
 // position.
 func hasAbove(cps []Checkpoint) bool {
 	return slices.ContainsFunc(cps, func(cp Checkpoint) bool { return len(cp.Above) > 0 })
-}
-
-// encodeV3 writes version 3: version 1's body (or version 2's with its
-// changelog section) followed by one above section per stage with a
-// non-empty set, in stage order. A set is never truncated: metadata that
-// does not fit is ErrMetadataTooLarge.
-func encodeV3(offset int64, st State) (string, error) {
-	stages := make([]Checkpoint, len(st.Stages))
-	for i, cp := range st.Stages {
-		if !validAbove(cp.Next, cp.Above) {
-			return "", fmt.Errorf("%w: stage %q: offsets completed above %d not increasing or below it",
-				ErrInvalidCheckpoint, cp.Stage, cp.Next)
-		}
-		cp.Above = nil
-		stages[i] = cp
-	}
-	md, err := EncodeMetadata(offset, stages)
-	if err != nil {
-		return "", err
-	}
-	buf := make([]byte, 0, MaxMetadataLen)
-	buf = append(buf, metadataV3...)
-	buf = append(buf, md[len(metadataV1):]...)
-	if st.Changelog != NoChangelog {
-		buf = append(buf, changelogTag...)
-		buf = strconv.AppendInt(buf, st.Changelog, 36)
-	}
-	for i, cp := range st.Stages {
-		if len(cp.Above) == 0 {
-			continue
-		}
-		buf = append(buf, aboveTag...)
-		buf = strconv.AppendInt(buf, int64(i), 36)
-		buf = append(buf, '=')
-		buf = appendAbove(buf, cp.Next, cp.Above)
-	}
-	if len(buf) > MaxMetadataLen {
-		return "", fmt.Errorf("%w: %d bytes for %d stages with offsets completed above their positions (max %d)",
-			ErrMetadataTooLarge, len(buf), len(st.Stages), MaxMetadataLen)
-	}
-	return string(buf), nil
-}
-
-// decodeV3 is DecodeState of version 3.
-func decodeV3(md string, offset int64, stages []string) (State, bool) {
-	rest, ok := strings.CutPrefix(md, metadataV3)
-	if !ok || len(md) > MaxMetadataLen {
-		return State{}, false
-	}
-	body, sections, _ := strings.Cut(rest, ";")
-	cps, ok := decodeV1(metadataV1+body, offset, stages)
-	if !ok {
-		return State{}, false
-	}
-	st := State{Stages: cps, Changelog: NoChangelog}
-	parts := strings.Split(sections, ";")
-	if len(parts) > 0 && strings.HasPrefix(parts[0], "c") {
-		n, err := strconv.ParseUint(parts[0][1:], 36, 63)
-		if err != nil {
-			return State{}, false
-		}
-		st.Changelog = int64(n)
-		parts = parts[1:]
-	}
-	if len(parts) == 0 {
-		return State{}, false // version 3 carries at least one set
-	}
-	for _, p := range parts {
-		a, ok := strings.CutPrefix(p, "a")
-		if !ok {
-			return State{}, false
-		}
-		idx, set, ok := strings.Cut(a, "=")
-		if !ok {
-			return State{}, false
-		}
-		i, err := strconv.ParseUint(idx, 36, 16)
-		if err != nil || int(i) >= len(cps) || cps[i].Above != nil {
-			return State{}, false
-		}
-		if cps[i].Above, ok = decodeAbove(set, cps[i].Next); !ok {
-			return State{}, false
-		}
-	}
-	// Canonical form only (stage order, shorter encoding, no leading zeros).
-	if again, err := EncodeState(offset, st); err != nil || again != md {
-		return State{}, false
-	}
-	return st, true
 }

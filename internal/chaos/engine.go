@@ -129,7 +129,7 @@ func (e *Engine) Stop(timeout time.Duration) error {
 		return fmt.Errorf("differential run (pid %d) did not exit within %s of SIGTERM; killed", e.Pid(), timeout)
 	}
 	if e.err != nil {
-		return fmt.Errorf("differential run (pid %d) exited after SIGTERM with %v, want status 0", e.Pid(), e.err)
+		return fmt.Errorf("differential run (pid %d) exited after SIGTERM with %w, want status 0", e.Pid(), e.err)
 	}
 	return nil
 }

@@ -224,7 +224,7 @@ func (r *Run) engineExit() (<-chan struct{}, func() error) {
 		return nil, nil
 	}
 	return e.Exited(), func() error {
-		return fmt.Errorf("differential run (pid %d) exited by itself: %v", e.Pid(), e.Err())
+		return fmt.Errorf("differential run (pid %d) exited by itself: %w", e.Pid(), e.Err())
 	}
 }
 
@@ -548,7 +548,7 @@ func (r *Run) withStream(err error, streamErr <-chan error) error {
 	select {
 	case se := <-streamErr:
 		if se != nil {
-			return fmt.Errorf("%w (the input stream failed first: %v)", err, se)
+			return fmt.Errorf("%w (the input stream failed first: %w)", err, se)
 		}
 	default:
 	}

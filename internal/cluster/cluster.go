@@ -170,7 +170,7 @@ func (c *Cluster) Produce(topic string, msgs ...*sarama.ProducerMessage) error {
 	if err := p.SendMessages(msgs); err != nil {
 		var perrs sarama.ProducerErrors
 		if errors.As(err, &perrs) && len(perrs) > 0 {
-			err = fmt.Errorf("%w (first: %v)", err, perrs[0].Err)
+			err = fmt.Errorf("%w (first: %w)", err, perrs[0].Err)
 		}
 		return fmt.Errorf("cluster: produce to %s: %w", topic, err)
 	}
@@ -216,7 +216,10 @@ func (c *Cluster) WaitStable(topic string, timeout time.Duration) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("cluster: %s/%d not stable after %v (last stable offset %d, high watermark %d, err %v)", topic, p, timeout, stable, high, err)
+				if err != nil {
+					return fmt.Errorf("cluster: %s/%d not stable after %v: %w", topic, p, timeout, err)
+				}
+				return fmt.Errorf("cluster: %s/%d not stable after %v (last stable offset %d, high watermark %d)", topic, p, timeout, stable, high)
 			}
 			time.Sleep(50 * time.Millisecond) // polls the broker; bounded by the deadline
 		}

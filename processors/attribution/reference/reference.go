@@ -109,7 +109,7 @@ func Parse(r *chain.Record, cfg attribution.Config) (attribution.Event, error) {
 	dec.UseNumber()
 	var m map[string]any
 	if err := dec.Decode(&m); err != nil {
-		return e, fmt.Errorf("not a JSON object: %v", err)
+		return e, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return e, errors.New("not a JSON object: trailing data")
