@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -201,6 +202,10 @@ type rec struct {
 	dup   bool
 	ev    attribution.Event
 	s     time.Time // S(off)
+	// h is the horizon H(off): 1 + the offset of the first record at or
+	// after off whose next record's Kafka timestamp is more than
+	// IdleTimeout after its own (math.MaxInt64: none, or no IdleTimeout).
+	h int64
 	// install results
 	attributed bool
 	campaign   string
@@ -236,6 +241,17 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 		rs[i] = x
 	}
 	res.StreamTime = stream
+
+	// Horizons, from the last record back: where the log shows the leader
+	// idle (chain.Context.Horizon). The end of the log needs none: no
+	// record lies beyond it.
+	h := int64(math.MaxInt64)
+	for i := len(rs) - 1; i >= 0; i-- {
+		if cfg.IdleTimeout > 0 && i+1 < len(rs) && sorted[i+1].Timestamp.Sub(sorted[i].Timestamp) > cfg.IdleTimeout {
+			h = sorted[i].Offset + 1
+		}
+		rs[i].h = h
+	}
 
 	// Duplicates: literally "an earlier non-duplicate valid record r with the
 	// same (type, event_id) and S(o) − r.time ≤ DedupHorizon".
@@ -302,7 +318,8 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 				if ct.After(t) ||
 					t.Sub(ct) > cfg.Lookback ||
 					now.Sub(ct) > cfg.Lookback+cfg.Lateness ||
-					!(c.off < x.off || !arrival(c).After(t.Add(cfg.Lateness))) {
+					!(c.off < x.off || !arrival(c).After(t.Add(cfg.Lateness))) ||
+					c.off >= x.h {
 					continue
 				}
 				if win == nil || ct.After(win.ev.Time) || (ct.Equal(win.ev.Time) && c.off > win.off) {
