@@ -220,4 +220,3 @@ func TestOutputsAreAFunctionOfTheLog(t *testing.T) {
 		t.Logf("%d outputs; %d idle releases live; %d installs differ from a model without the release rule", len(want), idles, other.Installs.Mismatched)
 	})
 }
-
