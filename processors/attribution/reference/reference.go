@@ -9,6 +9,16 @@
 // (AppendInstall, AppendPurchase), the source header (ParseSource) and the
 // Snapshot types.
 //
+// # Idle releases
+//
+// With Config.IdleTimeout > 0 the model applies the engine's release rule
+// over the log (chain.Context.Horizon): an install at offset o sees only
+// the clicks at offsets below H(o) = 1 + the offset of the first record at
+// or after o whose next record's Kafka timestamp is more than IdleTimeout
+// after its own. The records' timestamps must be the ones the engine read
+// (read them back from the topic when the broker assigns them:
+// LogAppendTime). With 0 the model assumes no such gap.
+//
 // # Final logical state
 //
 // Result.Final is the window state that is still usable at the partition's
