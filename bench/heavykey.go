@@ -458,7 +458,9 @@ func (r *heavyRun) verify(recs []workload.Record) error {
 			log = append(log, rec.Record)
 		}
 	}
-	ref := reference.Run(log, r.cfg)
+	mcfg := r.cfg
+	mcfg.IdleTimeout = chain.DefaultIdleTimeout // the chain's (no option sets it), for the model's horizons
+	ref := reference.Run(log, mcfg)
 	for k, want := range [][]reference.Output{nil, ref.Installs, ref.Purchases} {
 		got := r.outputs[k]
 		if len(got) != len(want) {
