@@ -46,10 +46,17 @@ type gapLog struct {
 	// confirm.
 	unconfirmed atomic.Int64
 	log         func(off int64, gap time.Duration)
+	// committed is the partition's committed offset: note trims below it
+	// when the list has grown (exactly-once mode has no commit loop).
+	committed func() int64
 }
 
-func newGapLog(it time.Duration, log func(off int64, gap time.Duration)) *gapLog {
-	g := &gapLog{it: it, log: log}
+// gapTrimAt is the length at which note trims the list below the
+// committed offset.
+const gapTrimAt = 4096
+
+func newGapLog(it time.Duration, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
+	g := &gapLog{it: it, log: log, committed: committed}
 	g.top.Store(-1)
 	return g
 }
@@ -84,6 +91,9 @@ func (g *gapLog) note(recs []Record) {
 			}
 		}
 		g.have, g.lastOff, g.lastTS = true, r.Offset, r.Timestamp
+	}
+	if len(g.gaps) >= gapTrimAt && g.committed != nil {
+		g.trimLocked(g.committed())
 	}
 }
 
@@ -148,6 +158,10 @@ func (g *gapLog) trim(off int64) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.trimLocked(off)
+}
+
+func (g *gapLog) trimLocked(off int64) {
 	i := sort.Search(len(g.gaps), func(i int) bool { return g.gaps[i] >= off })
 	if i > 0 {
 		g.gaps = append(g.gaps[:0], g.gaps[i:]...)

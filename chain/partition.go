@@ -105,7 +105,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		start: -1, failed: make(chan struct{}), keySeed: maphash.MakeSeed(),
 	}
 	p.committed.Store(a.Committed)
-	p.gaps = newGapLog(c.cfg.idleTimeout, func(off int64, gap time.Duration) {
+	p.gaps = newGapLog(c.cfg.idleTimeout, p.committed.Load, func(off int64, gap time.Duration) {
 		p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); a replay of the partition may decide differently",
 			"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
 	})
