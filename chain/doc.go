@@ -36,8 +36,8 @@
 //     its position is > L; the record then reads as of L+1
 //     (Context.Horizon), so every replay of the log decides alike. A
 //     blocked follower sleeps on its leader's progress signal (and a timer
-//     for the idle deadline), never in a poll loop. With Stage.Gate = GateKey the same holds per key (DESIGN §3
-//     "Gate scope"): stage k begins (o, t, key) once stage k−1 has
+//     for the idle deadline), never in a poll loop. With Stage.Gate =
+//     GateKey the same holds per key (DESIGN §3 "Gate scope"): stage k begins (o, t, key) once stage k−1 has
 //     completed every record of that key at offsets ≤ o + OffsetDistance
 //     and, when processing, below q(t + Lateness); other keys' records go
 //     on. The leader keeps its pending records per key and wakes the
