@@ -458,9 +458,7 @@ func (r *heavyRun) verify(recs []workload.Record) error {
 			log = append(log, rec.Record)
 		}
 	}
-	mcfg := r.cfg
-	mcfg.IdleTimeout = chain.DefaultIdleTimeout // the chain's (no option sets it), for the model's horizons
-	ref := reference.Run(log, mcfg)
+	ref := reference.Run(log, r.cfg)
 	for k, want := range [][]reference.Output{nil, ref.Installs, ref.Purchases} {
 		got := r.outputs[k]
 		if len(got) != len(want) {
