@@ -145,6 +145,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 	for i := range recs {
 		costs[recs[i].Partition][recs[i].Offset] = recs[i].Cost
 	}
+	cfg.IdleTimeout = idle // the engine's, for the model's horizons
 	e.model = reference.Expect(e.parts, cfg)
 	for p, log := range e.parts {
 		e.ends[p] = int64(len(log))

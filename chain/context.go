@@ -2,6 +2,7 @@ package chain
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -15,6 +16,7 @@ type Context struct {
 	stage      string
 	offset     int64
 	streamTime time.Time
+	asOf       int64 // Horizon; 0: none
 	evictWM    func() time.Time
 	st         boundState
 	out        []Message
@@ -35,6 +37,37 @@ func (c *Context) Offset() int64 { return c.offset }
 // StreamTime is S(o) of DESIGN.md "Attribution rules": the largest event time among the valid
 // records of the partition at offsets below this record (zero if none).
 func (c *Context) StreamTime() time.Time { return c.streamTime }
+
+// Horizon is the offset the record is processed as of, at a follower
+// stage: its leader's writes of records at offsets ≥ Horizon must not
+// influence it. It is math.MaxInt64 at the first stage, and at a follower
+// when the log shows no idle leader between the record and the position
+// the gate's rule needs (DESIGN.md "Idle release").
+//
+// Otherwise the log shows the leader idle after a record L ≥ Offset — the
+// next record's Kafka timestamp is more than the idle timeout after L's,
+// or L was the last record and the log's end was confirmed after that —
+// and Horizon is L+1: the gate may release the record as soon as the
+// leader completed everything below it, without the leader records the
+// rule would otherwise wait for. The leader may have run further by the
+// time the record runs (after a restart, a rewind, on a backlog), so a
+// processor that reads its leader's state must ignore entries written at
+// offsets ≥ Horizon to give the same output every time the log is
+// processed; the attribution install rule does (clicks carry their
+// offset). Entries below Horizon that the gate's rule names (a′ and b′
+// of the gate scope) are complete.
+//
+// Nothing filters the leader's state for the processor: a processor that
+// reads it without comparing offsets (or event times, like the
+// attribution rules) sees writes of records beyond its own that the
+// leader happened to have processed, and its outputs then depend on
+// timing.
+func (c *Context) Horizon() int64 {
+	if c.asOf == 0 {
+		return math.MaxInt64
+	}
+	return c.asOf
+}
 
 // EvictionWatermark is a lower bound of the stream time at the position of the
 // chain's slowest stage: no stage will process a record whose StreamTime is
@@ -120,6 +153,9 @@ type ContextOptions struct {
 	Stage      string
 	Offset     int64
 	StreamTime time.Time
+	// Horizon is returned by Context.Horizon; 0 means none
+	// (math.MaxInt64).
+	Horizon int64
 	// EvictionWatermark is returned by Context.EvictionWatermark.
 	EvictionWatermark time.Time
 	// State is the stage's state handle (e.g. from a store's PartitionStore);
@@ -137,6 +173,7 @@ func NewContext(o ContextOptions) *Context {
 		stage:      o.Stage,
 		offset:     o.Offset,
 		streamTime: o.StreamTime,
+		asOf:       max(o.Horizon, 0),
 		evictWM:    func() time.Time { return wm },
 		st:         boundState{ss: o.State, offset: o.Offset},
 	}
@@ -164,6 +201,7 @@ func EvictBefore(wm time.Time) time.Time {
 func (c *Context) reset(o int64, streamTime time.Time) {
 	c.offset = o
 	c.streamTime = streamTime
+	c.asOf = 0
 	c.st.offset = o
 	clear(c.out)
 	c.out = c.out[:0]

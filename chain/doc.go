@@ -27,14 +27,17 @@
 //
 //   - No overtaking (I1): stage k begins offset o only when stage k−1's
 //     position is > o + OffsetDistance and, for records it processes, stage
-//     k−1's watermark is > eventTime + Lateness — or, when stage k−1 is idle
-//     (completed everything fetched, nothing arrived for IdleTimeout, and —
-//     with a Source that is an EndConfirmer — a read of the log asked after
-//     that deadline found nothing past what was fetched but markers and
-//     aborted or open transactions), when its position is > o. A blocked follower sleeps on its leader's
-//     progress signal (and a timer for the idle deadline), never in a poll
-//     loop. With Stage.Gate = GateKey the same holds per key (DESIGN.md
-//     "The key-scoped gate"): stage k begins (o, t, key) once stage k−1 has
+//     k−1's watermark is > eventTime + Lateness — or, when the log shows
+//     stage k−1 idle after a record L ≥ o (the next record's Kafka
+//     timestamp is more than IdleTimeout after L's; at the live tail, no
+//     next record and — with a Source that is an EndConfirmer — a read of
+//     the log asked after L's timestamp + IdleTimeout found nothing past
+//     what was fetched but markers and aborted or open transactions), when
+//     its position is > L; the record then reads as of L+1
+//     (Context.Horizon), so every replay of the log decides alike. A
+//     blocked follower sleeps on its leader's progress signal (and a timer
+//     for the idle deadline), never in a poll loop. With Stage.Gate =
+//     GateKey the same holds per key (DESIGN.md "The key-scoped gate"): stage k begins (o, t, key) once stage k−1 has
 //     completed every record of that key at offsets ≤ o + OffsetDistance
 //     and, when processing, below q(t + Lateness); other keys' records go
 //     on. The leader keeps its pending records per key and wakes the

@@ -2,9 +2,249 @@ package chain
 
 import (
 	"context"
+	"math"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// gapLog is the partition's idle release rule over the log (DESIGN.md
+// "Idle release"): the offsets L after which the log shows its leader
+// idle. L is in it when the next record the fetcher delivered after L has
+// a Kafka timestamp more than IdleTimeout after L's, or — at the live
+// tail — when no record followed L and the log's end was confirmed after
+// L's timestamp + IdleTimeout (tailGap). A follower's record at offset o
+// is then processed against the horizon H(o) = 1 + the first L ≥ o: a
+// leader write at an offset ≥ H(o) must not influence it, and the gate
+// may release it once its leader completed everything below H(o) (the
+// leader is idle there). Both are functions of the log alone, so live
+// processing, a restart, a move, an exactly-once rewind and a re-run from
+// offset 0 decide alike; only a tail entry the later records' timestamps
+// do not confirm (CreateTime behind the engine's clock) is not (noted in
+// the log when it happens).
+//
+// The fetcher appends in offset order (note), so every gap below the
+// fetched end is known; entries below the committed offset are trimmed
+// (no stage processes a record below it again, not even after an
+// exactly-once rewind). A gap is found with one atomic load when there is
+// none at or after o (the common case on a busy log).
+type gapLog struct {
+	it time.Duration
+	mu sync.Mutex
+	// The last record the fetcher delivered (have: there was one).
+	have    bool
+	lastOff int64
+	lastTS  time.Time
+	// gaps holds the offsets L in increasing order; tail says the last
+	// entry came from a tail confirmation (not yet seen in the log).
+	gaps []int64
+	tail bool
+	// top is the largest entry (-1: none), read without the lock.
+	top atomic.Int64
+	// unconfirmed counts tail entries the next record's timestamp did not
+	// confirm.
+	unconfirmed atomic.Int64
+	log         func(off int64, gap time.Duration)
+	// committed is the partition's committed offset: note trims below it
+	// when the list has grown (exactly-once mode has no commit loop).
+	committed func() int64
+}
+
+// gapTrimAt is the length at which note trims the list below the
+// committed offset.
+const gapTrimAt = 4096
+
+func newGapLog(it time.Duration, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
+	g := &gapLog{it: it, log: log, committed: committed}
+	g.top.Store(-1)
+	return g
+}
+
+// note records the gaps recs (fetched, in offset order) show. Records at
+// or below the last one seen (a refetch after an exactly-once rewind) are
+// skipped: the log is the same, so are its gaps.
+func (g *gapLog) note(recs []Record) {
+	if len(recs) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range recs {
+		r := &recs[i]
+		if g.have && r.Offset <= g.lastOff {
+			continue
+		}
+		if g.have {
+			gap := r.Timestamp.Sub(g.lastTS)
+			switch {
+			case g.tail && len(g.gaps) > 0 && g.gaps[len(g.gaps)-1] == g.lastOff:
+				g.tail = false
+				if gap <= g.it {
+					g.unconfirmed.Add(1)
+					if g.log != nil {
+						g.log(g.lastOff, gap)
+					}
+				}
+			case gap > g.it:
+				g.addLocked(g.lastOff)
+			}
+		}
+		g.have, g.lastOff, g.lastTS = true, r.Offset, r.Timestamp
+	}
+	if len(g.gaps) >= gapTrimAt && g.committed != nil {
+		g.trimLocked(g.committed())
+	}
+}
+
+func (g *gapLog) addLocked(l int64) {
+	if n := len(g.gaps); n > 0 && g.gaps[n-1] >= l {
+		return
+	}
+	g.gaps = append(g.gaps, l)
+	g.top.Store(l)
+}
+
+// last is the last record the fetcher delivered.
+func (g *gapLog) last() (off int64, ts time.Time, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lastOff, g.lastTS, g.have
+}
+
+// addTail enters the tail entry at off (the last record delivered; its end
+// was confirmed after its timestamp + IdleTimeout).
+func (g *gapLog) addTail(off int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.have || off != g.lastOff {
+		return
+	}
+	if n := len(g.gaps); n == 0 || g.gaps[n-1] < off {
+		g.addLocked(off)
+		g.tail = true
+	}
+}
+
+// first returns the first entry ≥ o.
+func (g *gapLog) first(o int64) (int64, bool) {
+	if g.top.Load() < o {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := sort.Search(len(g.gaps), func(i int) bool { return g.gaps[i] >= o })
+	if i == len(g.gaps) {
+		return 0, false
+	}
+	return g.gaps[i], true
+}
+
+// horizon is H(o) as Context.Horizon reports it: 1 + the first entry ≥ o,
+// or math.MaxInt64 when none is known (then, for a record the gate
+// released, none lies below the leader position its rule needed, and
+// nothing needs filtering).
+func (g *gapLog) horizon(o int64) int64 {
+	if l, ok := g.first(o); ok {
+		return l + 1
+	}
+	return math.MaxInt64
+}
+
+// trim forgets the entries below off.
+func (g *gapLog) trim(off int64) {
+	if g.top.Load() < 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.trimLocked(off)
+}
+
+func (g *gapLog) trimLocked(off int64) {
+	i := sort.Search(len(g.gaps), func(i int) bool { return g.gaps[i] >= off })
+	if i > 0 {
+		g.gaps = append(g.gaps[:0], g.gaps[i:]...)
+	}
+}
+
+// tailGap asks whether the log shows its leader idle after the last record
+// the fetcher delivered, L: no record followed it and — when the Source is
+// an EndConfirmer — a confirmation asked after L's timestamp + IdleTimeout
+// (see the deadline below for clocks that disagree) found
+// nothing in the log past what was fetched but offsets Fetch never
+// delivers (markers, aborted or still open transactions). Then L enters
+// the gap log and ok is true. A leader's record must not be released
+// against it unless the leader has read (partition scope: completed) L,
+// so callers ask only once it has read everything fetched.
+//
+// When not yet, it says what to wait for besides the leader's progress:
+// at, when non-zero, is when to ask again (the deadline, or the retry of a
+// check that found more or failed); answer, when non-nil, is closed when
+// the check in flight answers. A check asked here runs on a goroutine of
+// p.closers under ctx.
+//
+// The high watermark alone cannot decide it: a transactional input keeps
+// it above the last record for ever (a commit marker; under read_committed
+// also an aborted or open transaction's records), so "high watermark ≤
+// fetched" would stall the tail, and "high watermark − fetched ≤ markers"
+// cannot be computed without reading the log past what was fetched — which
+// is what the check does. Nor can a high watermark seen earlier decide it:
+// only one read after the deadline shows that nothing arrived in the log —
+// not merely at this fetcher — for IdleTimeout.
+func (p *partitionRun) tailGap(ctx context.Context) (ok bool, at time.Time, answer <-chan struct{}) {
+	last, ts, have := p.gaps.last()
+	if !have {
+		return false, time.Time{}, nil
+	}
+	if l, found := p.gaps.first(last); found && l == last {
+		return true, time.Time{}, nil
+	}
+	high := p.ring.High()
+	if high != last+1 {
+		return false, time.Time{}, nil // the ring is behind the gap log (its fetcher's next batch)
+	}
+	it := p.c.cfg.idleTimeout
+	// After L's timestamp + IdleTimeout, and at least IdleTimeout after
+	// L reached this fetcher (a timestamp far behind this clock, e.g.
+	// CreateTime of old events, must not release a burst still arriving);
+	// a timestamp ahead of this clock is waited for up to IdleTimeout more,
+	// so a producer or broker clock far ahead cannot stall the tail.
+	la := p.ring.LastAppend()
+	deadline := la
+	if ts.After(la) {
+		deadline = ts
+		if lim := la.Add(it); deadline.After(lim) {
+			deadline = lim
+		}
+	}
+	deadline = deadline.Add(it)
+	now := time.Now()
+	if now.Before(deadline) {
+		return false, deadline, nil
+	}
+	ec, isEC := p.src.(EndConfirmer)
+	if !isEC {
+		p.gaps.addTail(last)
+		return true, time.Time{}, nil
+	}
+	c := &p.endCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.asking != nil {
+		return false, time.Time{}, c.asking
+	}
+	if c.answered && c.from == high && !c.asked.Before(deadline) {
+		if c.err == nil && !c.more {
+			p.gaps.addTail(last)
+			return true, time.Time{}, nil
+		}
+		if expires := c.at.Add(it); now.Before(expires) {
+			return false, expires, nil // more to fetch (a stalled fetcher), or failed: ask again then
+		}
+	}
+	return false, time.Time{}, p.askEndLocked(ctx, ec, high, now)
+}
 
 // endCheck is a partition's confirmation that its log holds nothing the
 // fetcher has not delivered (EndConfirmer): at most one is asked at a time,
@@ -23,62 +263,6 @@ type endCheck struct {
 	end       int64
 	more      bool
 	err       error
-}
-
-// leaderIdle reports whether a leader at position next is idle (DESIGN.md
-// "Idle release"): it has completed everything the partition fetched
-// (next ≥ ring.High()), nothing arrived for IdleTimeout, and — when the
-// Source is an EndConfirmer — a confirmation asked after that deadline
-// found nothing in the log past what was fetched but offsets Fetch never
-// delivers (markers, aborted or still open transactions). The answer is
-// used for IdleTimeout after it came; then it is asked again.
-//
-// When not idle it says what to wait for besides the leader's progress
-// (which the caller always waits on): at, when non-zero, is when to ask
-// again (the idle deadline, or the retry of a check that found more or
-// failed); answer, when non-nil, is closed when the check in flight
-// answers. A check asked here runs on a goroutine of p.closers under ctx.
-//
-// The high watermark alone cannot decide it: a transactional input keeps
-// it above the last record for ever (a commit marker; under read_committed
-// also an aborted or open transaction's records), so "high watermark ≤
-// fetched" would stall the tail, and "high watermark − fetched ≤ markers"
-// cannot be computed without reading the log past what was fetched — which
-// is what the check does. Nor can a high watermark seen earlier decide it
-// (the probe's is up to a second old, a fetch response's is as stalled as
-// the fetcher): only one read after the deadline shows that nothing
-// arrived in the log — not merely at this fetcher — for IdleTimeout.
-func (p *partitionRun) leaderIdle(ctx context.Context, next int64) (idle bool, at time.Time, answer <-chan struct{}) {
-	high := p.ring.High()
-	if next < high {
-		return false, time.Time{}, nil
-	}
-	it := p.c.cfg.idleTimeout
-	deadline := p.ring.LastAppend().Add(it)
-	now := time.Now()
-	if now.Before(deadline) {
-		return false, deadline, nil
-	}
-	ec, ok := p.src.(EndConfirmer)
-	if !ok {
-		return true, time.Time{}, nil
-	}
-	c := &p.endCheck
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.asking != nil {
-		return false, time.Time{}, c.asking
-	}
-	if c.answered && c.from == high && !c.asked.Before(deadline) {
-		expires := c.at.Add(it)
-		if now.Before(expires) {
-			if c.err == nil && !c.more {
-				return true, time.Time{}, nil
-			}
-			return false, expires, nil // more to fetch (a stalled fetcher), or failed: ask again then
-		}
-	}
-	return false, time.Time{}, p.askEndLocked(ctx, ec, high, now)
 }
 
 // askEndLocked starts a check of the log past from (c.mu held) and returns

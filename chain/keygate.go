@@ -105,13 +105,18 @@ const (
 	actDeadLetter
 )
 
-// want is what a record waits for at its leader: no pending record of its
-// key with offset ≤ off or stream time before it ≤ s. idle: admitted by
-// the leader's idleness (then off is o itself and s is unbounded).
+// want is what a record at offset o waits for at its leader: no pending
+// record of its key with offset ≤ off or stream time before it ≤ s. idle:
+// released because the log shows the leader idle after the record at off
+// (gapLog; s is then unbounded).
 type want struct {
-	off, s int64
-	idle   bool
+	o, off, s int64
+	idle      bool
 }
+
+// idleWant is what a record at o waits for when the log shows its leader
+// idle after l ≥ o: every record of its key up to l.
+func idleWant(o, l int64) want { return want{o: o, off: l, s: math.MinInt64, idle: true} }
 
 func newKeyGate(s, l *stageRun) *keyGate {
 	return &keyGate{s: s, l: l, queues: make(map[uint64]gateQueue), front: make(map[uint64]struct{})}
@@ -159,7 +164,7 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	if g.eager {
 		// No admission step: the record is begun now and waits in the
 		// gate until its rule's check is known, too.
-		w = want{off: ev.Offset + s.p.c.cfg.offsetDistance, s: math.MinInt64}
+		w = want{o: ev.Offset, off: ev.Offset + s.p.c.cfg.offsetDistance, s: math.MinInt64}
 		if accept {
 			w.s = addSaturating(ev.Time.UnixNano(), int64(s.p.c.cfg.lateness))
 		}
@@ -212,20 +217,26 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 
 // admission waits until the leader has begun everything record ev's rule
 // names — read frontier > o + OffsetDistance and, when processing, read
-// stream time > t + Lateness — or is idle, serving moved keys meanwhile.
-// It returns what the record then waits for in the key gate.
+// stream time > t + Lateness — or the log shows it idle after a record
+// L ≥ o that it has begun (gapLog), serving moved keys meanwhile. It
+// returns what the record then waits for in the key gate.
 func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (want, error) {
 	l, g, cfg := s.leader, s.kg, &s.p.c.cfg
 	o := ev.Offset
-	w := want{off: o + cfg.offsetDistance, s: math.MinInt64}
+	w := want{o: o, off: o + cfg.offsetDistance, s: math.MinInt64}
 	if processing {
 		w.s = addSaturating(ev.Time.UnixNano(), int64(cfg.lateness))
 	}
 	var ch <-chan struct{}
 	spins := 0
 	for {
-		if rn, rs := l.rd.load(); rn > w.off && rs > w.s {
+		rn, rs := l.rd.load()
+		if rn > w.off && rs > w.s {
 			return w, nil
+		}
+		if gl, ok := s.p.gaps.first(o); ok && gl < rn {
+			s.idles.Add(1)
+			return idleWant(o, gl), nil
 		}
 		if ch == nil {
 			if err := g.service(); err != nil {
@@ -245,20 +256,16 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 			continue
 		}
 		// A leader that has read everything fetched can only release the
-		// record by going idle: then also wait for its position to reach
-		// the end (its progress), and arm the idle deadline once it has.
-		var lp <-chan struct{}
-		if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
-			lp = l.progress.wait()
-		}
+		// record by the log showing it idle at the tail: arm the idle
+		// deadline.
 		var timer *time.Timer
 		var tc <-chan time.Time
 		var answer <-chan struct{}
-		if ln := l.cp.next.Load(); ln > o {
-			idle, at, ans := s.p.leaderIdle(ctx, ln)
-			if idle {
-				s.idles.Add(1)
-				return want{off: o, s: math.MinInt64, idle: true}, nil
+		if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
+			ok, at, ans := s.p.tailGap(ctx)
+			if ok {
+				ch = nil
+				continue // the gap is in the log now
 			}
 			if !at.IsZero() {
 				timer = time.NewTimer(time.Until(at))
@@ -269,7 +276,6 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 		select {
 		case <-ch:
 		case <-wk:
-		case <-lp:
 		case <-tc:
 		case <-answer:
 		case <-ctx.Done():
@@ -290,7 +296,9 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason error, accept bool, w want) error {
 	q, busy := g.queues[kh]
 	if !busy {
-		ok, front, fo, fs := g.check(kh, w)
+		var ok, front bool
+		var fo, fs int64
+		ok, front, fo, fs, w = g.check(kh, w)
 		if ok {
 			return g.release(ev, stream, kh, act, reason, accept, w, fo, fs)
 		}
@@ -321,22 +329,30 @@ func (g *keyGate) offer(ev *Event, stream int64, kh uint64, act gatedAct, reason
 // of kh below off is complete and s = S(off). If the answer is no, the
 // leader now watches the key for w — unless front: in eager mode, the
 // leader has not read far enough for the answer to be known (its read
-// frontier is not past w), and the record waits for the frontier.
-func (g *keyGate) check(kh uint64, w want) (ok, front bool, off, s int64) {
+// frontier is not past w, nor past a gap of the log at or after the
+// record), and the record waits for the frontier. It returns the want to
+// keep: in eager mode, an idle one once the log shows the leader idle
+// after a record it has read.
+func (g *keyGate) check(kh uint64, w want) (ok, front bool, off, s int64, _ want) {
 	l := g.l
 	// The read frontier first: every record below it that is pending is in
 	// the table (begin registers it before the frontier is published).
 	rn, rs := l.rd.load()
 	if g.eager && !w.idle && (rn <= w.off || rs <= w.s) {
-		return false, true, rn, rs
+		gl, gap := g.s.p.gaps.first(w.o)
+		if !gap || gl >= rn {
+			return false, true, rn, rs, w
+		}
+		w = idleWant(w.o, gl)
+		g.s.idles.Add(1)
 	}
 	l.mu.Lock()
 	ok, pending, po, ps := l.keys.check(kh, w.off, w.s)
 	l.mu.Unlock()
 	if pending {
-		return ok, false, po, ps
+		return ok, false, po, ps, w
 	}
-	return ok, false, rn, rs
+	return ok, false, rn, rs, w
 }
 
 // service runs the records of the keys the leader handed back, and in
@@ -379,7 +395,8 @@ func (g *keyGate) releaseKey(kh uint64) error {
 			return nil
 		}
 		r := q.head
-		ok, front, fo, fs := g.check(kh, r.want)
+		ok, front, fo, fs, w := g.check(kh, r.want)
+		r.want = w
 		if !ok {
 			if front {
 				g.front[kh] = struct{}{}
@@ -406,7 +423,11 @@ func (g *keyGate) releaseKey(kh uint64) error {
 // by a stop, only by the shutdown timeout (DESIGN "Stopping").
 func (g *keyGate) release(ev *Event, stream int64, kh uint64, act gatedAct, reason error, accept bool, w want, fo, fs int64) error {
 	s := g.s
+	ev.asOf = s.p.gaps.horizon(ev.Offset)
 	if ob := s.p.c.cfg.observer; ob != nil || ev.span != nil {
+		if w.idle {
+			fo = w.off + 1 // released against the leader position past the gap
+		}
 		b := BeginInfo{
 			Topic: s.p.topic, Partition: s.p.partition, Stage: s.idx, Offset: ev.Offset,
 			EventTime: ev.Time, Processing: accept,
@@ -470,42 +491,24 @@ func (g *keyGate) serviceFront(force bool) error {
 	return err
 }
 
-// idleCheck releases, when the leader is idle, the records waiting for its
-// read frontier that are below its position (DESIGN "Idle release"; the
-// frontier will not move). Otherwise it returns what to wait on for the
-// leader to become idle: its progress (once it has read everything
-// fetched), the idle deadline and the end check's answer.
-func (g *keyGate) idleCheck(ctx context.Context) (released bool, lp <-chan struct{}, at time.Time, answer <-chan struct{}, err error) {
+// idleCheck, in eager mode with records waiting for the leader's read
+// frontier, asks whether the log shows the leader idle at the live tail
+// once the leader has read everything fetched (tailGap), and then lets
+// through the records the gap releases (check). Otherwise it returns when
+// to ask again and the end check's answer to wait for.
+func (g *keyGate) idleCheck(ctx context.Context) (released bool, at time.Time, answer <-chan struct{}, err error) {
 	if len(g.front) == 0 {
-		return false, nil, time.Time{}, nil, nil
+		return false, time.Time{}, nil, nil
 	}
-	l, s := g.l, g.s
-	if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
-		lp = l.progress.wait()
+	s := g.s
+	if rn, _ := g.l.rd.load(); rn < s.p.ring.High() {
+		return false, time.Time{}, nil, nil // its frontier moves: block waits for it
 	}
-	ln := l.cp.next.Load()
-	lowest := int64(math.MaxInt64)
-	for kh := range g.front {
-		if q, ok := g.queues[kh]; ok && q.head.ev.Offset < lowest {
-			lowest = q.head.ev.Offset
-		}
+	ok, at, answer := s.p.tailGap(ctx)
+	if !ok {
+		return false, at, answer, nil
 	}
-	if ln <= lowest {
-		return false, lp, time.Time{}, nil, nil
-	}
-	idle, at, answer := s.p.leaderIdle(ctx, ln)
-	if !idle {
-		return false, lp, at, answer, nil
-	}
-	for kh := range g.front {
-		for r := g.queues[kh].head; r != nil && r.ev.Offset < ln; r = r.next {
-			if !r.want.idle {
-				r.want = want{off: r.ev.Offset, s: math.MinInt64, idle: true}
-				s.idles.Add(1)
-			}
-		}
-	}
-	return true, nil, time.Time{}, nil, g.serviceFront(true)
+	return true, time.Time{}, nil, g.serviceFront(true)
 }
 
 // block waits, in eager mode, while the stage has nothing else to do,
@@ -522,7 +525,7 @@ func (g *keyGate) block(ctx context.Context, ch <-chan struct{}) error {
 	if g.hasMoved.Load() || g.frontMoved() {
 		return nil
 	}
-	released, lp, at, answer, err := g.idleCheck(ctx)
+	released, at, answer, err := g.idleCheck(ctx)
 	if err != nil || released {
 		return err
 	}
@@ -536,7 +539,6 @@ func (g *keyGate) block(ctx context.Context, ch <-chan struct{}) error {
 	case <-ch:
 	case <-wk:
 	case <-rsig:
-	case <-lp:
 	case <-tc:
 	case <-answer:
 	case <-ctx.Done():

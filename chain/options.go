@@ -171,11 +171,14 @@ func WithLateness(l time.Duration) Option {
 	return optionFunc(func(c *config) { c.lateness = l })
 }
 
-// WithIdleTimeout sets how long a leader that has completed everything fetched
-// must see no new record before its followers are released from the gate, so
-// the tail of a log never stalls. With a Source that is an EndConfirmer the
-// release also waits for a check of the log, asked after that deadline, that
-// found nothing past what was fetched (DESIGN.md "Idle release"). Default 1s.
+// WithIdleTimeout sets the gap in the input's Kafka timestamps after which a
+// leader counts as idle, so the tail of a log never stalls: a follower record
+// before such a gap is released once its leader completed the records up to
+// it, and processed as of the offset past it (Context.Horizon). At the live
+// tail the gap is quiet time after the last record's timestamp; with a Source
+// that is an EndConfirmer it also needs a check of the log, asked after that
+// deadline, that found nothing past what was fetched (DESIGN.md "Idle
+// release"). Default 1s.
 func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.idleTimeout = d })
 }

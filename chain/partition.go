@@ -82,6 +82,8 @@ type partitionRun struct {
 	// endCheck: the idle release's confirmation that the log holds
 	// nothing the fetcher has not delivered (idle.go).
 	endCheck endCheck
+	// gaps: where the log shows a stage idle (idle.go).
+	gaps *gapLog
 
 	eos eosRun // exactly-once mode (txnpartition.go)
 }
@@ -103,6 +105,10 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		start: -1, failed: make(chan struct{}), keySeed: maphash.MakeSeed(),
 	}
 	p.committed.Store(a.Committed)
+	p.gaps = newGapLog(c.cfg.idleTimeout, p.committed.Load, func(off int64, gap time.Duration) {
+		p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); a replay of the partition may decide differently",
+			"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
+	})
 	if c.cfg.store != nil {
 		ps, err := c.cfg.store.OpenPartition(a.Topic, a.Partition, c.names)
 		if err != nil {
@@ -637,6 +643,7 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 				n++
 			}
 		}
+		p.gaps.note(recs[:n]) // before the ring: a gap is known once its second record can be read
 		err := p.appendRing(ctx, recs[:n])
 		clear(recs)
 		recs = recs[:0]
@@ -682,7 +689,7 @@ func (p *partitionRun) decodeInto(dst []Event, recs []Record) int {
 		ev := &dst[i]
 		ev.Record = recs[i]
 		ev.Decoded, ev.Err = p.c.dec.Decode(&ev.Record)
-		ev.span = nil
+		ev.span, ev.asOf = nil, 0
 	}
 	return n
 }
@@ -713,7 +720,7 @@ func (p *partitionRun) appendDecoded(evs []Event, r *Record) []Event {
 	ev := &evs[len(evs)-1]
 	ev.Record = *r
 	ev.Decoded, ev.Err = p.c.dec.Decode(&ev.Record)
-	ev.span = nil
+	ev.span, ev.asOf = nil, 0
 	return evs
 }
 
@@ -739,6 +746,7 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 			return
 		}
 		p.checkQuietTail(ctx) // Stats' lag at a transactional tail (idle.go)
+		p.gaps.trim(p.committed.Load())
 	}
 }
 

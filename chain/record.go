@@ -48,6 +48,9 @@ type Event struct {
 	// stage reads its own copy of the event, so it travels with the record
 	// through the stage (key queues, workers) and no further.
 	span RecordSpan
+	// asOf is the record's horizon at a follower (Context.Horizon); 0:
+	// none (math.MaxInt64). Set by the stage's gate on its own copy.
+	asOf int64
 }
 
 // Decoder decodes and validates a record. It must be deterministic and safe

@@ -376,6 +376,9 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		ev.endSpan(OutcomeDropped, err)
 		return err
 	}
+	if s.leader != nil {
+		ev.asOf = s.p.gaps.horizon(ev.Offset)
+	}
 	streamBefore := s.stream
 	if valid {
 		if t := ev.Time.UnixNano(); t > s.stream {
@@ -455,9 +458,11 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 // gate is the LimitedEventProcessor: a follower begins offset o with event
 // time t only when its leader's position is > o + OffsetDistance and (for
 // records it processes) the leader's watermark is > t + Lateness, or when
-// the leader is idle (then only position > o is required). It waits on the
-// leader's progress signal, or a timer for the idle deadline — never a
-// polling loop.
+// the log shows the leader idle after a record L ≥ o that it completed
+// (gapLog; then it is released against the leader position L+1). It waits
+// on the leader's progress signal, or a timer for the idle deadline at the
+// live tail — never a polling loop. The caller sets the record's horizon
+// (Context.Horizon), whichever way it was released.
 func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (release, error) {
 	l := s.leader
 	if l == nil {
@@ -480,6 +485,14 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 			s.seen = release{leaderNext: ln, leaderWM: lwm}
 			return s.seen, nil
 		}
+		if ln > o {
+			// Idle over the log: the leader completed everything up to a
+			// gap at or after o (see gapLog).
+			if gl, ok := s.p.gaps.first(o); ok && gl < ln {
+				s.idles.Add(1)
+				return release{leaderNext: gl + 1, leaderWM: lwm, idle: true}, nil
+			}
+		}
 		if ch == nil {
 			if spins < gateSpins {
 				// The leader is usually a few records ahead and running on
@@ -496,11 +509,14 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 		var timer *time.Timer
 		var tc <-chan time.Time
 		var answer <-chan struct{}
-		if ln > o {
-			idle, at, ans := s.p.leaderIdle(ctx, ln)
-			if idle {
-				s.idles.Add(1)
-				return release{leaderNext: ln, leaderWM: lwm, idle: true}, nil
+		if ln > o && ln >= s.p.ring.High() {
+			// The leader completed everything fetched: the log shows it
+			// idle once its end is confirmed past the last record's
+			// timestamp + IdleTimeout.
+			ok, at, ans := s.p.tailGap(ctx)
+			if ok {
+				ch = nil
+				continue // the gap is in the log now
 			}
 			if !at.IsZero() {
 				timer = time.NewTimer(time.Until(at))
@@ -827,6 +843,7 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 		ctx = sp.Context(ctx) // the processor's own spans are children of the stage's
 	}
 	pc.reset(ev.Offset, unixTime(stream))
+	pc.asOf = ev.asOf
 	err := s.st.Processor.Process(ctx, pc, ev)
 	if unbegun {
 		if err == nil && len(pc.out) == 0 && s.work.Err() == nil {
@@ -850,6 +867,7 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 			s.retries.Add(1)
 			attempts++
 			pc.reset(ev.Offset, unixTime(stream))
+			pc.asOf = ev.asOf
 			return s.st.Processor.Process(ctx, pc, ev)
 		})
 	}

@@ -208,7 +208,10 @@ func TestExactlyOnceKeyGateHotKeyCyclesCommit(t *testing.T) {
 		commits, aborts := x.Counts()
 		t.Logf("%d commits in %v", commits, time.Since(start))
 		require.Zero(t, aborts, "no cycle aborted: every drain released the key-waiting records")
-		require.GreaterOrEqual(t, commits, 3, "cycles kept committing while the hot key was slow")
+		// Two at least: a record released at the tail waits for its key's
+		// leader records up to the tail (it reads the state as of there),
+		// so the hot key's backlog can end in the final cycle.
+		require.GreaterOrEqual(t, commits, 2, "cycles kept committing while the hot key was slow")
 		require.Less(t, time.Since(start), hotShutdown, "no cycle waited the shutdown timeout")
 		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
 		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"}, nil)

@@ -202,6 +202,7 @@ func (p *partitionRun) refill(ctx context.Context) bool {
 				evs = append(evs, p.decode(&recs[i]))
 			}
 		}
+		p.gaps.note(recs) // a batch may reach past what the gap log saw
 		clear(recs)
 		if len(evs) == 0 {
 			continue

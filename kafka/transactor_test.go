@@ -49,6 +49,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 	wc.MaxRecordBytes = 16 << 10
 	r.cfg = attribution.DefaultConfig()
 	r.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	r.cfg.IdleTimeout = 100 * time.Millisecond // the engine's, for the model's horizons
 	recs := wl.Generate(wc)
 	msgs := make([]*sarama.ProducerMessage, len(recs))
 	for i, rec := range recs {

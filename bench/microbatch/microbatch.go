@@ -424,6 +424,7 @@ type share struct {
 	part    *mbPartition
 	evs     []chain.Event
 	before  []int64   // S(o) of every record, unix ns
+	horizon []int64   // chain.Context.Horizon of every record (0: none)
 	after   int64     // S after the share
 	evictWM time.Time // stream time at the share's start: a lower bound of S of every record still to process
 }
@@ -451,11 +452,13 @@ func (m *Baseline) batch(ctx context.Context, sess sarama.ConsumerGroupSession, 
 		if len(p.held) == 0 {
 			continue
 		}
+		idle := m.idleNow(p, now)
 		n := m.cut(p, now)
 		if n == 0 {
 			continue
 		}
 		s := &share{part: p, evs: p.held[:n:n], before: make([]int64, n), evictWM: unixTime(p.stream)}
+		s.horizon = m.horizons(s.evs, p.held[n:], idle)
 		p.held = append([]chain.Event(nil), p.held[n:]...)
 		stream := p.stream
 		for i := range s.evs {
@@ -526,7 +529,7 @@ func (m *Baseline) batch(ctx context.Context, sess sarama.ConsumerGroupSession, 
 // partition is idle — everything up to its high watermark polled, nothing
 // new for IdleTimeout (the engine's idle release).
 func (m *Baseline) cut(p *mbPartition, now time.Time) int {
-	if now.Sub(p.lastArrival) >= m.idle && m.caughtUp(p) {
+	if m.idleNow(p, now) {
 		m.release.Add(1)
 		return len(p.held)
 	}
@@ -552,6 +555,37 @@ func (m *Baseline) cut(p *mbPartition, now time.Time) int {
 		}
 	}
 	return best
+}
+
+// idleNow reports whether p is idle: everything up to its high watermark
+// polled, nothing new for IdleTimeout.
+func (m *Baseline) idleNow(p *mbPartition, now time.Time) bool {
+	return now.Sub(p.lastArrival) >= m.idle && m.caughtUp(p)
+}
+
+// horizons is the engine's chain.Context.Horizon of every record of a
+// share: 1 + the offset of the first record at or after it whose next
+// record's Kafka timestamp is more than IdleTimeout after its own (the
+// next record after the share is rest's first), or, for the records after
+// the last such gap, the share's end when it was released by idleness (the
+// quiet tail); 0 (none) otherwise.
+func (m *Baseline) horizons(evs, rest []chain.Event, idle bool) []int64 {
+	h := make([]int64, len(evs))
+	n := len(evs)
+	next := int64(0)
+	switch {
+	case len(rest) > 0 && rest[0].Timestamp.Sub(evs[n-1].Timestamp) > m.idle:
+		next = evs[n-1].Offset + 1
+	case len(rest) == 0 && idle:
+		next = evs[n-1].Offset + 1
+	}
+	for i := n - 1; i >= 0; i-- {
+		if i+1 < n && evs[i+1].Timestamp.Sub(evs[i].Timestamp) > m.idle {
+			next = evs[i].Offset + 1
+		}
+		h[i] = next
+	}
+	return h
 }
 
 // caughtUp reports whether p's polled records reach its high watermark.
@@ -674,6 +708,9 @@ func (m *Baseline) context(k int, s *share, i int) *chain.Context {
 	o := chain.ContextOptions{
 		Topic: m.cfg.Topic, Partition: s.part.id, Stage: m.names[k], Offset: ev.Offset,
 		StreamTime: unixTime(s.before[i]), EvictionWatermark: s.evictWM,
+	}
+	if k > 0 {
+		o.Horizon = s.horizon[i]
 	}
 	if s.part.ps != nil {
 		o.State = s.part.ps.Stage(k)

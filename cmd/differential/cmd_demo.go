@@ -56,6 +56,10 @@ dead letter against the reference model. Exits 1 if the verification fails.
 With --velocity-window, the chain has the velocity stage, the workload has
 click-spam bursts, and the alerts are verified too.`
 
+// demoIdleTimeout is the demo engine's idle timeout; its check gives the
+// model the same one.
+const demoIdleTimeout = 250 * time.Millisecond
+
 func demoCmd(ctx context.Context, args []string, e *env) error {
 	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: attribution.DefaultMaxRecordBytes,
 		logFormat: "text", logLevel: "error"}
@@ -142,6 +146,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 	rules := attribution.DefaultConfig()
 	rules.MaxRecordBytes = o.maxRecordBytes
 	rules.Velocity = o.velocity.config()
+	rules.IdleTimeout = demoIdleTimeout // the model's horizons: the engine's idle timeout
 	sc := baseSarama(sarama.V3_0_0_0, o.maxRecordBytes)
 	// The topic is fresh: every record lands at its planned offset, so the
 	// input partitions are workload.Split of the records.
@@ -205,7 +210,7 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	// The chain's defaults, but a short idle release: the end of the
 	// generated log should not wait a second.
 	settings := defaultEngineSettings()
-	settings.idleTimeout, settings.keyConcurrency, settings.gate = 250*time.Millisecond, o.keyConcurrency, o.gate
+	settings.idleTimeout, settings.keyConcurrency, settings.gate = demoIdleTimeout, o.keyConcurrency, o.gate
 	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
 	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
 	if err != nil {

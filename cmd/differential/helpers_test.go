@@ -311,6 +311,7 @@ const testRecordBytes = 4096
 func testRules() attribution.Config {
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = testRecordBytes
+	cfg.IdleTimeout = 100 * time.Millisecond // the runs' --idle-timeout, for the model's horizons
 	return cfg
 }
 

@@ -705,6 +705,7 @@ func (r *Run) verify(recs []workload.Record, res *Result) error {
 	}
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = maxRecordBytes
+	cfg.IdleTimeout = r.cfg.IdleTimeout // the engine's, for the model's horizons
 	res.Verdict = r.cfg.Check(inputs, cfg, outs, dlq, r.sc.Guarantee)
 	if !res.Verdict.OK {
 		return errors.New(res.Verdict.Summary)

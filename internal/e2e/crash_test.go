@@ -132,6 +132,7 @@ func newEnv(t *testing.T, group string, records, users int, seed uint64) *env {
 	wc.MaxRecordBytes = 16 << 10
 	e.cfg = attribution.DefaultConfig()
 	e.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	e.cfg.IdleTimeout = idleTimeoutD // the engine's, for the model's horizons
 	e.produce(t, wc)
 	return e
 }

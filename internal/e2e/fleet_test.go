@@ -414,6 +414,7 @@ func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	wc.MaxRecordBytes = 16 << 10
 	f.cfg = attribution.DefaultConfig()
 	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	f.cfg.IdleTimeout = 10 * time.Minute // the fleet's --idle-timeout, for the model's horizons
 	recs := workload.Generate(wc)
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }
 	pcfg := b.Config()

@@ -184,10 +184,13 @@ func (p *InstallProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, e
 
 // Process applies DESIGN.md "Attribution rules" install rule. Candidates are the user's
 // stored clicks with time ≤ t, t − time ≤ Lookback, max(S(o), t) − time ≤
-// Lookback+Lateness and (offset < o or arrival ≤ t+Lateness); the winner
-// has the latest time, ties to the larger offset. The engine's gate
-// guarantees every candidate is stored; stored clicks that are not
-// candidates (e.g. at offsets > o that arrived too late) are ignored.
+// Lookback+Lateness, (offset < o or arrival ≤ t+Lateness) and offset <
+// the record's horizon (chain.Context.Horizon: where the log shows the
+// click stage idle after the install); the winner has the latest time,
+// ties to the larger offset. The engine's gate guarantees every candidate
+// is stored; stored clicks that are not candidates (e.g. at offsets > o
+// that arrived too late, or past the horizon) are ignored, so the output
+// is the same however far the click stage had run.
 //
 // The first three conditions bound the click's time, which leads its key
 // after the user: one reverse scan of that range, newest first, stops at
@@ -202,7 +205,7 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	st := pc.State()
 	o, t, s := pc.Offset(), e.Time, pc.StreamTime()
 	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
-	if err := p.attribute(st, o, e, maxTime(s, t), &out); err != nil {
+	if err := p.attribute(st, o, pc.Horizon(), e, maxTime(s, t), &out); err != nil {
 		return err
 	}
 	// A purchase uses installs at offsets below its own, so its S is at
@@ -221,8 +224,9 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	return nil
 }
 
-// attribute fills out's click fields with the winning click, if any.
-func (p *InstallProcessor) attribute(st chain.State, o int64, e *Event, now time.Time, out *InstallOutput) error {
+// attribute fills out's click fields with the winning click, if any, among
+// the clicks below the horizon h.
+func (p *InstallProcessor) attribute(st chain.State, o, h int64, e *Event, now time.Time, out *InstallOutput) error {
 	t := e.Time
 	from := maxTime(t.Add(-p.cfg.Lookback), now.Add(-p.cfg.clickWindow()))
 	if from.After(t) {
@@ -242,6 +246,9 @@ func (p *InstallProcessor) attribute(st chain.State, o int64, e *Event, now time
 		}
 		if c.offset > o && c.arrival > lateLimit {
 			return true // arrived after the install's lateness limit
+		}
+		if c.offset >= h {
+			return true // after the log showed the click stage idle
 		}
 		out.Attributed = true
 		out.ClickID = string(c.eventID)

@@ -31,6 +31,12 @@ type Config struct {
 	// Velocity configures the optional velocity stage (click-spam alerts);
 	// it is off when Velocity.Window is 0 (the default).
 	Velocity VelocityConfig
+	// IdleTimeout is the engine's idle timeout (chain.WithIdleTimeout), for
+	// the reference model only: the processors read the horizon the
+	// engine derived from it (chain.Context.Horizon), and the model
+	// derives the same one from the records' Kafka timestamps. 0 (the
+	// default): the model assumes no gap in the log.
+	IdleTimeout time.Duration
 }
 
 // VelocityConfig configures the velocity stage: per user, the count of
@@ -135,6 +141,7 @@ func (c Config) Validate() error {
 	}
 	positive("Lookback", c.Lookback)
 	nonNegative("Lateness", c.Lateness)
+	nonNegative("IdleTimeout", c.IdleTimeout)
 	positive("InstallRetention", c.InstallRetention)
 	positive("DedupHorizon", c.DedupHorizon)
 	nonNegative("MaxClockSkew", c.MaxClockSkew)

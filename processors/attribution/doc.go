@@ -127,8 +127,12 @@
 // of the install stage; the engine's strict gate wm(click) > t+Lateness
 // guarantees every click with A ≤ t+Lateness is stored when the install is
 // processed, and the rule ignores stored clicks with A > t+Lateness, so the
-// result does not depend on how far ahead the click stage is (except under
-// idle release, DESIGN.md "Attribution rules").
+// result does not depend on how far ahead the click stage is. Where the log
+// shows the click stage idle between the install and the position that
+// guarantee needs (a gap in the Kafka timestamps longer than the idle
+// timeout), the install may run before the clicks after the gap; it then
+// also ignores every click at an offset ≥ chain.Context.Horizon (the offset
+// past the gap), so that case, too, gives the same result on every replay.
 //
 // # Gate scope
 //

@@ -101,9 +101,16 @@ func runAgainstModelWith(t *testing.T, cfg attribution.Config, w attribution.Wir
 	wc.Span = 4 * 24 * time.Hour
 	wc.MaxRecordBytes = 4096
 	cfg.MaxRecordBytes = wc.MaxRecordBytes
+	// The engine's idle timeout (the default, unless opts set one: then
+	// the caller sets cfg.IdleTimeout too), for the model's horizons: the
+	// workload's timestamps are minutes apart, so most records have a gap
+	// after them.
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = chain.DefaultIdleTimeout
+	}
 	recs := workload.Generate(wc)
 	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
-		append([]chain.Option{chain.WithStore(store.NewMemory())}, opts...)...)
+		append([]chain.Option{chain.WithStore(store.NewMemory()), chain.WithIdleTimeout(cfg.IdleTimeout)}, opts...)...)
 	parts := workload.Split(recs, wc.Partitions)
 	all := []int32{0, 1, 2}
 	if restarts {

@@ -203,6 +203,7 @@ func TestKeyScopeEqualsPartitionScopeAndModel(t *testing.T) {
 			cfg := attribution.DefaultConfig()
 			cfg.Lateness = tc.lateness
 			cfg.MaxRecordBytes = scopeMaxRecordBytes
+			cfg.IdleTimeout = chain.DefaultIdleTimeout // the engine's, for the model's horizons
 			if tc.velocity {
 				cfg.Velocity = attribution.DefaultVelocity(time.Hour)
 				cfg.Velocity.Threshold = 2

@@ -39,13 +39,14 @@ func stateFollowsMoves(t *testing.T, velocity bool) {
 	wc.MaxRecordBytes = 4096
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = wc.MaxRecordBytes
+	cfg.IdleTimeout = 100 * time.Millisecond // the engine's, below
 	if velocity {
 		cfg.Velocity = attribution.DefaultVelocity(time.Hour)
 		cfg.Velocity.Threshold = 2
 	}
 	w := attribution.Wiring{AlertsTopic: "alerts"}
 	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
-		chain.WithIdleTimeout(100*time.Millisecond))
+		chain.WithIdleTimeout(cfg.IdleTimeout))
 	cl := tt.UseChangelog()
 	parts := workload.Split(workload.Generate(wc), wc.Partitions)
 

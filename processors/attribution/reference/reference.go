@@ -9,6 +9,16 @@
 // (AppendInstall, AppendPurchase), the source header (ParseSource) and the
 // Snapshot types.
 //
+// # Idle releases
+//
+// With Config.IdleTimeout > 0 the model applies the engine's release rule
+// over the log (chain.Context.Horizon): an install at offset o sees only
+// the clicks at offsets below H(o) = 1 + the offset of the first record at
+// or after o whose next record's Kafka timestamp is more than IdleTimeout
+// after its own. The records' timestamps must be the ones the engine read
+// (read them back from the topic when the broker assigns them:
+// LogAppendTime). With 0 the model assumes no such gap.
+//
 // # Final logical state
 //
 // Result.Final is the window state that is still usable at the partition's
@@ -54,6 +64,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -201,6 +212,10 @@ type rec struct {
 	dup   bool
 	ev    attribution.Event
 	s     time.Time // S(off)
+	// h is the horizon H(off): 1 + the offset of the first record at or
+	// after off whose next record's Kafka timestamp is more than
+	// IdleTimeout after its own (math.MaxInt64: none, or no IdleTimeout).
+	h int64
 	// install results
 	attributed bool
 	campaign   string
@@ -236,6 +251,17 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 		rs[i] = x
 	}
 	res.StreamTime = stream
+
+	// Horizons, from the last record back: where the log shows the leader
+	// idle (chain.Context.Horizon). The end of the log needs none: no
+	// record lies beyond it.
+	h := int64(math.MaxInt64)
+	for i := len(rs) - 1; i >= 0; i-- {
+		if cfg.IdleTimeout > 0 && i+1 < len(rs) && sorted[i+1].Timestamp.Sub(sorted[i].Timestamp) > cfg.IdleTimeout {
+			h = sorted[i].Offset + 1
+		}
+		rs[i].h = h
+	}
 
 	// Duplicates: literally "an earlier non-duplicate valid record r with the
 	// same (type, event_id) and S(o) − r.time ≤ DedupHorizon".
@@ -302,7 +328,8 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 				if ct.After(t) ||
 					t.Sub(ct) > cfg.Lookback ||
 					now.Sub(ct) > cfg.Lookback+cfg.Lateness ||
-					!(c.off < x.off || !arrival(c).After(t.Add(cfg.Lateness))) {
+					!(c.off < x.off || !arrival(c).After(t.Add(cfg.Lateness))) ||
+					c.off >= x.h {
 					continue
 				}
 				if win == nil || ct.After(win.ev.Time) || (ct.Equal(win.ev.Time) && c.off > win.off) {
