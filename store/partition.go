@@ -78,8 +78,8 @@ type partitionStore struct {
 		flushed []write   // taken, merged in seq order
 		kbuf    []byte
 		cands   []string
-		last    map[string]int
-		// lastWrite: index in flushed of each key's last write.
+		// lastWrite: index in flushed of each key's last write (evict
+		// then marks the keys it decided).
 		lastWrite map[string]int
 		arena     []byte   // backing of lookups
 		lookups   [][]byte // entry keys eviction looks up
@@ -87,6 +87,11 @@ type partitionStore struct {
 		// the eviction scan starts above it instead of wading through the
 		// tombstones of earlier evictions.
 		evictedThrough int64
+		// sizeHint is the size of the batch the next checkpoint starts
+		// with: a little more than the last one's, so that a busy
+		// partition's batch (megabytes) is not grown by copying as it
+		// fills.
+		sizeHint int
 	}
 
 	mu struct {
@@ -228,7 +233,7 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 // prepare builds the batch of a checkpoint (and, with records, its changelog
 // records) and returns it holding ckpt: commit or abort releases it.
 func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time, records bool) (*prepared, error) {
-	return p.prepareIn(cps, evictBefore, records, p.be.newBatch)
+	return p.prepareIn(cps, evictBefore, records, func() batch { return p.be.newBatchSized(p.ckpt.sizeHint) })
 }
 
 // prepareIn is prepare building the checkpoint in the batch newBatch
@@ -272,6 +277,7 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
 		pc.b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
 	}
+	p.ckpt.sizeHint = pc.b.size() + pc.b.size()/4
 	return pc, nil
 }
 
@@ -505,16 +511,11 @@ func (p *partitionStore) evict(b batch, flushed []write, ev int64) (evicted []st
 		return nil, complete, nil
 	}
 
-	// The last write of each key in this batch decides its state after it;
-	// the other keys are looked up in the backend, in key order.
-	last := p.ckpt.last
-	if last == nil {
-		last = make(map[string]int)
-		p.ckpt.last = last
-	}
-	for i, w := range flushed {
-		last[w.k.key] = i
-	}
+	// The last write of each key in this batch decides its state after it
+	// (writeFlushed left the index of each key's last write in lastWrite;
+	// this marks the keys decided with -1); the other keys are looked up
+	// in the backend, in key order.
+	last := p.ckpt.lastWrite
 	arena, lookups := p.ckpt.arena[:0], p.ckpt.lookups[:0]
 	for _, key := range cands {
 		i, inBatch := last[key]
@@ -601,7 +602,7 @@ func (p *partitionStore) clearScratch() {
 	p.ckpt.flushed = p.ckpt.flushed[:0]
 	clear(p.ckpt.cands)
 	p.ckpt.cands = p.ckpt.cands[:0]
-	clear(p.ckpt.last)
+	clear(p.ckpt.lastWrite)
 	clear(p.ckpt.lookups)
 	p.ckpt.lookups = p.ckpt.lookups[:0]
 }

@@ -291,7 +291,7 @@ func (pb *pebbleBackend) scan(lo, hi []byte, fn func(key []byte) bool) (err erro
 
 func (pb *pebbleBackend) newBatch() batch { return &pebbleBatch{pb: pb} }
 
-func (pb *pebbleBackend) newBatchSized(size int) batch { return &pebbleBatch{pb: pb, size: size} }
+func (pb *pebbleBackend) newBatchSized(size int) batch { return &pebbleBatch{pb: pb, capacity: size} }
 
 // pebbleBatch builds a pebble.Batch lazily, so that creating one never
 // touches a closed DB.
@@ -299,7 +299,7 @@ type pebbleBatch struct {
 	pb   *pebbleBackend
 	b    *pebble.Batch
 	err  error
-	size int // initial capacity, 0: pebble's default
+	capacity int // initial capacity, 0: pebble's default
 }
 
 // init creates the pebble batch on first use; a closed DB leaves b nil and
@@ -314,8 +314,8 @@ func (b *pebbleBatch) init() bool {
 		b.err = ErrClosed
 		return false
 	}
-	if b.size > 0 {
-		b.b = b.pb.mu.db.NewBatchWithSize(b.size)
+	if b.capacity > 0 {
+		b.b = b.pb.mu.db.NewBatchWithSize(b.capacity)
 	} else {
 		b.b = b.pb.mu.db.NewBatch()
 	}
@@ -358,6 +358,13 @@ func (b *pebbleBatch) commitWith(opts *pebble.WriteOptions) error {
 		return ErrClosed
 	}
 	return b.b.Commit(opts)
+}
+
+func (b *pebbleBatch) size() int {
+	if b.b == nil {
+		return 0
+	}
+	return len(b.b.Repr())
 }
 
 func (b *pebbleBatch) discard() {

@@ -396,6 +396,8 @@ func (f *failingBackend) newBatch() batch {
 	return f.backend.newBatch()
 }
 
+func (f *failingBackend) newBatchSized(int) batch { return f.newBatch() }
+
 type failingBatch struct{ batch }
 
 var errInjected = errors.New("injected commit failure")
