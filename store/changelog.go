@@ -78,6 +78,11 @@ type prepared struct {
 	withRecords bool
 	records     []chain.ChangelogRecord
 	done        bool
+	// added: expiry index items of the batch's writes, indexed once it is
+	// persisted; popped: the items eviction took out of the index, put back
+	// if it is not (indexed: it was).
+	added, popped []expiryItem
+	indexed       bool
 }
 
 var _ chain.PreparedCheckpoint = (*prepared)(nil)
@@ -131,6 +136,10 @@ func (pc *prepared) release() {
 	}
 	pc.done = true
 	pc.records = nil
+	if !pc.indexed {
+		pc.p.ckpt.exp.addAll(pc.popped)
+	}
+	pc.added, pc.popped = nil, nil
 	pc.p.clearScratch()
 	pc.p.ckpt.Unlock()
 }
@@ -207,8 +216,9 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 }
 
 func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
-	b := p.be.newBatchSized(size + size/2) // entries, index entries, record headers
+	b := p.be.newBatchSized(size + size/4) // entries, record headers
 	kb := p.ckpt.kbuf
+	var items []expiryItem
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)
 		if r.Value == nil {
@@ -225,8 +235,7 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		// read the backend (keyFilter's invariant).
 		p.filter.Load().add(r.Key)
 		if exp := valueExpiry(enc); exp != 0 {
-			kb = index(kb[:0], p.ks, exp, r.Key)
-			b.set(kb, nil)
+			items = append(items, expiryItem{exp: exp, key: string(r.Key)})
 		}
 	}
 	for _, s := range p.stages {
@@ -239,6 +248,7 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 	if err := b.commitNoSync(); err != nil {
 		return p.err("restore", err)
 	}
+	p.ckpt.exp.addAll(items)
 	// The backend changed under the cached scan iterators.
 	p.mu.Lock()
 	stale := p.newGenLocked()
