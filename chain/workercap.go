@@ -69,10 +69,14 @@ func (c *workerCap) waitLocked(backlog *atomic.Int32) *capWaiter {
 	return w
 }
 
-// removeLocked takes waiter i out of the queue.
+// removeLocked takes waiter i out of the queue: the last one takes its
+// place (order is kept by seq, not by position).
 func (c *workerCap) removeLocked(i int) {
-	c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
-	c.nwait.Store(int32(len(c.waiters)))
+	last := len(c.waiters) - 1
+	c.waiters[i] = c.waiters[last]
+	c.waiters[last] = nil
+	c.waiters = c.waiters[:last]
+	c.nwait.Store(int32(last))
 }
 
 // recycle returns a waiter whose grant, if any, was received.
@@ -141,13 +145,15 @@ func (c *workerCap) yield(ctx context.Context, backlog *atomic.Int32) bool {
 }
 
 // topLocked is the index of the waiter with the largest backlog, the
-// earliest among equals; -1 if none waits.
+// earliest (lowest seq) among equals; -1 if none waits. The waiters are in
+// no order (removeLocked moves the last into the gap).
 func (c *workerCap) topLocked() int {
 	top := -1
 	var best int32
+	var bestSeq uint64
 	for i, w := range c.waiters {
-		if b := w.backlog.Load(); top < 0 || b > best {
-			top, best = i, b
+		if b := w.backlog.Load(); top < 0 || b > best || b == best && w.seq < bestSeq {
+			top, best, bestSeq = i, b, w.seq
 		}
 	}
 	return top
