@@ -218,11 +218,14 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
 	b := p.be.newBatchSized(size + size/4) // entries, record headers
 	kb := p.ckpt.kbuf
-	var items []expiryItem
+	// items: for the expiry index; curs: every key's expiry after the
+	// batch (0: deleted or never expires).
+	var items, curs []expiryItem
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)
 		if r.Value == nil {
 			b.del(kb)
+			curs = append(curs, expiryItem{key: string(r.Key)})
 			continue
 		}
 		enc, err := storedValue(r.Value)
@@ -234,8 +237,10 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		// Before the batch commits: a get that misses the filter does not
 		// read the backend (keyFilter's invariant).
 		p.filter.Load().add(r.Key)
-		if exp := valueExpiry(enc); exp != 0 {
-			items = append(items, expiryItem{exp: exp, key: string(r.Key)})
+		exp := valueExpiry(enc)
+		curs = append(curs, expiryItem{exp: exp, key: string(r.Key)})
+		if exp != 0 {
+			items = append(items, curs[len(curs)-1])
 		}
 	}
 	for _, s := range p.stages {
@@ -249,6 +254,9 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		return p.err("restore", err)
 	}
 	p.ckpt.exp.addAll(items)
+	for _, c := range curs {
+		p.ckpt.exp.setExpiry(c.key, c.exp)
+	}
 	// The backend changed under the cached scan iterators.
 	p.mu.Lock()
 	stale := p.newGenLocked()

@@ -94,9 +94,10 @@
 // entry whose expiry is <= evictBefore in the state after the batch's
 // writes, found through the index; an item whose key was since deleted or
 // rewritten with another expiry is stale and only dropped. Items are added,
-// never updated (that would cost a read per write): a rewrite leaves a stale
-// one behind until its time comes, and eviction reads each candidate entry
-// once to tell. A checkpoint whose batch fails puts the items it took back.
+// never updated: a rewrite leaves a stale one behind until its time comes,
+// and eviction tells by the persisted expiry of every expiring key, which
+// the index also keeps (a map beside the heap), so eviction reads nothing
+// from the backend. A checkpoint whose batch fails puts the items it took back.
 // One checkpoint takes at most 100,000 items; the rest wait for the next one
 // (bounded batches, DESIGN I9). The index is not persisted: on disk it would
 // double a checkpoint's writes (a key per expiring entry written, a

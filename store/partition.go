@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -81,8 +80,6 @@ type partitionStore struct {
 		// lastWrite: index in flushed of each key's last write (evict
 		// then marks the keys it decided).
 		lastWrite map[string]int
-		arena     []byte   // backing of lookups
-		lookups   [][]byte // entry keys eviction looks up
 		// exp indexes the persisted expiring entries by expiry (expiry.go).
 		exp expiryIndex
 		// sizeHint is the size of the batch the next checkpoint starts
@@ -322,6 +319,12 @@ func (pc *prepared) applied() {
 	p := pc.p
 	pc.indexed = true
 	p.ckpt.exp.addAll(pc.added)
+	for _, w := range p.ckpt.flushed {
+		p.ckpt.exp.setCurrent(w.k.key, w.enc)
+	}
+	for _, key := range pc.evicted {
+		p.ckpt.exp.setCurrent(key, nil)
+	}
 	p.mu.Lock()
 	p.persistedLocked(pc.cps, pc.evicted)
 	stale := p.newGenLocked()
@@ -485,40 +488,29 @@ func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string,
 
 	// The last write of each key in this batch decides its state after it
 	// (writeFlushed left the index of each key's last write in lastWrite;
-	// this marks the keys decided with -1); the other keys are looked up
-	// in the backend, in key order.
+	// this marks the keys decided with -1); the expiry index knows the
+	// persisted expiry of the others.
 	last := p.ckpt.lastWrite
-	arena, lookups := p.ckpt.arena[:0], p.ckpt.lookups[:0]
 	for _, key := range cands {
 		i, inBatch := last[key]
 		if i < 0 {
 			continue // already decided
 		}
 		last[key] = -1
-		if !inBatch {
-			n := len(arena)
-			arena = entry(arena, p.ks, key)
-			lookups = append(lookups, arena[n:len(arena):len(arena)])
-			continue
+		var expired bool
+		if inBatch {
+			expired = expiredBy(flushed[i].enc, ev)
+		} else {
+			exp, ok := p.ckpt.exp.current(key)
+			expired = ok && exp <= ev
 		}
-		if expiredBy(flushed[i].enc, ev) {
+		if expired {
 			kb = entry(kb[:0], p.ks, key)
 			b.del(kb)
 			evicted = append(evicted, key)
 		}
 	}
 	p.ckpt.kbuf = kb
-	p.ckpt.arena, p.ckpt.lookups = arena, lookups
-	slices.SortFunc(lookups, bytes.Compare)
-	err = p.be.getSorted(lookups, func(i int, enc []byte) {
-		if expiredBy(enc, ev) {
-			b.del(lookups[i])
-			evicted = append(evicted, string(lookups[i][len(p.ks.prefix)+2:]))
-		}
-	})
-	if err != nil {
-		return nil, false, err
-	}
 	return evicted, complete, nil
 }
 
@@ -575,8 +567,6 @@ func (p *partitionStore) clearScratch() {
 	clear(p.ckpt.cands)
 	p.ckpt.cands = p.ckpt.cands[:0]
 	clear(p.ckpt.lastWrite)
-	clear(p.ckpt.lookups)
-	p.ckpt.lookups = p.ckpt.lookups[:0]
 }
 
 // Checkpoints returns the persisted checkpoints in stage order. ok is false
