@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // benchEnv is one embedded broker with one produced input (a prefix of a
@@ -114,4 +115,40 @@ func BenchmarkCeiling_NoopChain(b *testing.B) {
 // followers poll Kafka themselves.
 func BenchmarkPollingFallback(b *testing.B) {
 	newBenchEnv(b, workloadB(), 50_000, true).run(b, kindPolling)
+}
+
+// newDefaultsEnv is benchEnv at the engine's defaults: the chain
+// checkpoints and commits every second (chain.WithCommitInterval's
+// default), on an input long enough for several checkpoints of every
+// partition; the micro-batch runs batches of batch records.
+func newDefaultsEnv(b *testing.B, records, batch int) *benchEnv {
+	b.Helper()
+	o := Options{Quick: true}.withDefaults()
+	o.CommitInterval = time.Second
+	c, err := openBroker(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	h := &harness{o: o, c: c, cfg: attributionConfig()}
+	pt := workloadB()
+	pr := &pointRun{h: h, pt: pt, st: newStream(pt.wc, records)}
+	b.Cleanup(pr.close)
+	in, err := pr.input(records)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := runSpec{pt: pt, topic: in.topic, ends: in.ends, batch: batch, exp: pr.expect(in)}
+	return &benchEnv{h: h, spec: s}
+}
+
+// BenchmarkWorkloadB1s_Chain and _Strongest: workload B, 400,000 records,
+// the chain at its default 1 s commit interval against the strongest
+// micro-batch at the batch size the full benchmark's sweep picks on this
+// machine (32,000 records: a batch about every 0.4 s, so it is durable at
+// least as often). cpu-ns/rec is the figure to compare.
+func BenchmarkWorkloadB1s_Chain(b *testing.B) { newDefaultsEnv(b, 400_000, 2000).run(b, kindChain) }
+
+func BenchmarkWorkloadB1s_Strongest(b *testing.B) {
+	newDefaultsEnv(b, 400_000, 32_000).run(b, kindStrongest)
 }

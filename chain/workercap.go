@@ -24,6 +24,15 @@ type workerCap struct {
 	free    int
 	seq     uint64
 	waiters []*capWaiter
+	// nwait is len(waiters), written under mu: yield reads it without mu,
+	// so that a worker with no one waiting (the common case between two
+	// records of a key) takes no lock. A waiter that arrives just after is
+	// served by the next yield or release.
+	nwait atomic.Int32
+	// spare recycles capWaiters and their channels (a worker may wait once
+	// per key it takes); one per cap, since a channel belongs to the
+	// synctest bubble, if any, that made it.
+	spare sync.Pool
 }
 
 type capWaiter struct {
@@ -50,27 +59,51 @@ func (c *workerCap) acquire(ctx context.Context, backlog *atomic.Int32) bool {
 
 func (c *workerCap) waitLocked(backlog *atomic.Int32) *capWaiter {
 	c.seq++
-	w := &capWaiter{backlog: backlog, seq: c.seq, granted: make(chan struct{}, 1)}
+	w, _ := c.spare.Get().(*capWaiter)
+	if w == nil {
+		w = &capWaiter{granted: make(chan struct{}, 1)}
+	}
+	w.backlog, w.seq = backlog, c.seq
 	c.waiters = append(c.waiters, w)
+	c.nwait.Store(int32(len(c.waiters)))
 	return w
+}
+
+// removeLocked takes waiter i out of the queue: the last one takes its
+// place (order is kept by seq, not by position).
+func (c *workerCap) removeLocked(i int) {
+	last := len(c.waiters) - 1
+	c.waiters[i] = c.waiters[last]
+	c.waiters[last] = nil
+	c.waiters = c.waiters[:last]
+	c.nwait.Store(int32(last))
+}
+
+// recycle returns a waiter whose grant, if any, was received.
+func (c *workerCap) recycle(w *capWaiter) {
+	w.backlog = nil
+	c.spare.Put(w)
 }
 
 func (c *workerCap) await(ctx context.Context, w *capWaiter) bool {
 	select {
 	case <-w.granted:
+		c.recycle(w)
 		return true
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	for i, x := range c.waiters {
 		if x == w {
-			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			c.removeLocked(i)
 			c.mu.Unlock()
+			c.recycle(w)
 			return false
 		}
 	}
 	c.mu.Unlock()
 	<-w.granted // granted meanwhile: give it on
+	c.recycle(w)
 	c.release()
 	return false
 }
@@ -80,7 +113,7 @@ func (c *workerCap) release() {
 	c.mu.Lock()
 	if i := c.topLocked(); i >= 0 {
 		w := c.waiters[i]
-		c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+		c.removeLocked(i)
 		c.mu.Unlock()
 		w.granted <- struct{}{}
 		return
@@ -94,6 +127,9 @@ func (c *workerCap) release() {
 // slot goes to it and the worker waits its turn. It returns false, holding
 // nothing, if ctx ends meanwhile.
 func (c *workerCap) yield(ctx context.Context, backlog *atomic.Int32) bool {
+	if c.nwait.Load() == 0 {
+		return true
+	}
 	c.mu.Lock()
 	i := c.topLocked()
 	if i < 0 || c.waiters[i].backlog.Load() <= backlog.Load() {
@@ -101,7 +137,7 @@ func (c *workerCap) yield(ctx context.Context, backlog *atomic.Int32) bool {
 		return true
 	}
 	top := c.waiters[i]
-	c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+	c.removeLocked(i)
 	w := c.waitLocked(backlog)
 	c.mu.Unlock()
 	top.granted <- struct{}{}
@@ -109,13 +145,15 @@ func (c *workerCap) yield(ctx context.Context, backlog *atomic.Int32) bool {
 }
 
 // topLocked is the index of the waiter with the largest backlog, the
-// earliest among equals; -1 if none waits.
+// earliest (lowest seq) among equals; -1 if none waits. The waiters are in
+// no order (removeLocked moves the last into the gap).
 func (c *workerCap) topLocked() int {
 	top := -1
 	var best int32
+	var bestSeq uint64
 	for i, w := range c.waiters {
-		if b := w.backlog.Load(); top < 0 || b > best {
-			top, best = i, b
+		if b := w.backlog.Load(); top < 0 || b > best || b == best && w.seq < bestSeq {
+			top, best, bestSeq = i, b, w.seq
 		}
 	}
 	return top

@@ -63,4 +63,7 @@ type batch interface {
 	commitNoSync() error
 	// discard releases a batch that was not committed.
 	discard()
+	// size is about the bytes of the writes added so far: a hint for the
+	// next batch of the same kind (newBatchSized).
+	size() int
 }

@@ -242,6 +242,8 @@ func (b *mirrorBatch) delRange(lo, hi []byte) {
 	}
 }
 
+func (b *mirrorBatch) size() int { return b.b.size() }
+
 func (b *mirrorBatch) commit() error { return b.done(b.b.commit()) }
 
 func (b *mirrorBatch) commitNoSync() error { return b.done(b.b.commitNoSync()) }

@@ -78,6 +78,11 @@ type prepared struct {
 	withRecords bool
 	records     []chain.ChangelogRecord
 	done        bool
+	// added: expiry index items of the batch's writes, indexed once it is
+	// persisted; popped: the items eviction took out of the index, put back
+	// if it is not (indexed: it was).
+	added, popped []expiryItem
+	indexed       bool
 }
 
 var _ chain.PreparedCheckpoint = (*prepared)(nil)
@@ -131,6 +136,10 @@ func (pc *prepared) release() {
 	}
 	pc.done = true
 	pc.records = nil
+	if !pc.indexed {
+		pc.p.ckpt.exp.addAll(pc.popped)
+	}
+	pc.added, pc.popped = nil, nil
 	pc.p.clearScratch()
 	pc.p.ckpt.Unlock()
 }
@@ -207,12 +216,16 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 }
 
 func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
-	b := p.be.newBatchSized(size + size/2) // entries, index entries, record headers
+	b := p.be.newBatchSized(size + size/4) // entries, record headers
 	kb := p.ckpt.kbuf
+	// items: for the expiry index; curs: every key's expiry after the
+	// batch (0: deleted or never expires).
+	var items, curs []expiryItem
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)
 		if r.Value == nil {
 			b.del(kb)
+			curs = append(curs, expiryItem{key: string(r.Key)})
 			continue
 		}
 		enc, err := storedValue(r.Value)
@@ -224,9 +237,10 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		// Before the batch commits: a get that misses the filter does not
 		// read the backend (keyFilter's invariant).
 		p.filter.Load().add(r.Key)
-		if exp := valueExpiry(enc); exp != 0 {
-			kb = index(kb[:0], p.ks, exp, r.Key)
-			b.set(kb, nil)
+		exp := valueExpiry(enc)
+		curs = append(curs, expiryItem{exp: exp, key: string(r.Key)})
+		if exp != 0 {
+			items = append(items, curs[len(curs)-1])
 		}
 	}
 	for _, s := range p.stages {
@@ -238,6 +252,10 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 	p.ckpt.kbuf = kb
 	if err := b.commitNoSync(); err != nil {
 		return p.err("restore", err)
+	}
+	p.ckpt.exp.addAll(items)
+	for _, c := range curs {
+		p.ckpt.exp.setExpiry(c.key, c.exp)
 	}
 	// The backend changed under the cached scan iterators.
 	p.mu.Lock()

@@ -86,16 +86,22 @@
 // # Eviction
 //
 // Set takes an expiry (zero time: none; times before 1970 count as already
-// expired). Each persisted expiring entry has an index entry ordered by
-// expiry. Checkpoint with a non-zero evictBefore deletes, in the same batch,
-// every entry whose expiry is <= evictBefore in the state after the batch's
-// writes, found through the index; an index entry whose key was since
-// deleted or rewritten with another expiry is stale and only removed. Index
-// entries are written, never updated (that would cost a read per write): a
-// rewrite leaves a stale one behind until its time comes, and eviction reads
-// each candidate entry once to tell. One checkpoint examines at most 100,000
-// persisted index entries; the rest wait for the next one (bounded batches,
-// DESIGN I9). An evicted key whose latest write is persisted reads as absent
+// expired). Each persisted expiring entry has an item in the partition's
+// expiry index, a heap in memory ordered by expiry (expiry.go): built from
+// the entries when the partition is opened (every stored value starts with
+// its expiry), added to by every checkpoint once its batch is persisted.
+// Checkpoint with a non-zero evictBefore deletes, in the same batch, every
+// entry whose expiry is <= evictBefore in the state after the batch's
+// writes, found through the index; an item whose key was since deleted or
+// rewritten with another expiry is stale and only dropped. Items are added,
+// never updated: a rewrite leaves a stale one behind until its time comes,
+// and eviction tells by the persisted expiry of every expiring key, which
+// the index also keeps (a map beside the heap), so eviction reads nothing
+// from the backend. A checkpoint whose batch fails puts the items it took back.
+// One checkpoint takes at most 100,000 items; the rest wait for the next one
+// (bounded batches, DESIGN I9). The index is not persisted: on disk it would
+// double a checkpoint's writes (a key per expiring entry written, a
+// tombstone per one evicted) and make eviction scan those tombstones. An evicted key whose latest write is persisted reads as absent
 // afterwards; a newer pending write still reads.
 //
 // # Key layout
@@ -108,7 +114,6 @@
 // Reset is one range deletion of the prefix), followed by
 //
 //	k/<user key>                  -> <expiry: 8 bytes BE unix ns, 0 = none><user value>
-//	x/<expiry: 8 bytes BE><user key> -> empty (expiry index, expiry >= 1)
 //	c/<stage name>                -> <1><Next: 8 bytes BE><Watermark: 8 bytes BE>
 //	                                 or, with offsets completed above Next,
 //	                                 <2><Next><Watermark> then per offset a uvarint
@@ -120,9 +125,16 @@
 // # Format versions
 //
 // The format covers the store's key layout and the values its users write.
-// Format 2 keeps the store's layout of format 1; what changed is
-// the attribution processors' state, from one value per user to one key per
-// click and per install (processors/attribution, "State layout"). A format-1
+// Format 2 kept the store's layout of format 1; what changed was the
+// attribution processors' state, from one value per user to one key per
+// click and per install (processors/attribution, "State layout"). Format 3
+// is format 2 without the persisted expiry index (its keys were
+// x/<expiry: 8 bytes BE><user key>): OpenPebble converts a format-2
+// database in place, one range deletion per partition and the new version
+// in one synced batch; a build that reads format 2 refuses a format-3
+// database (ErrCorrupt), so going back to such a build on the same state
+// directory needs the directory removed (the state then restores from the
+// changelog, or starts empty at the committed positions). A format-1
 // database is not migrated: OpenPebble refuses it with ErrOldFormat and a
 // message saying to remove the directory, after which every partition
 // starts with empty windows at its committed positions (as after a move to
@@ -166,7 +178,7 @@
 // A partition of a DB reads its persisted keys from a mirror, an in-memory
 // B-tree copy of them, while the mirrors of the DB fit in one budget
 // (WithStateCacheBytes; none by default): Get, range reads and
-// eviction's index walk and lookups then never reach Pebble. Every batch
+// eviction's lookups then never reach Pebble. Every batch
 // still goes to Pebble first, and to the mirror once Pebble committed it;
 // a partition whose state does not fit when it is opened, or whose mirror
 // would grow past the budget, reads Pebble. Which one a partition uses

@@ -66,6 +66,9 @@ func (e *engine) openPartition(topic string, partition int32, stages []string) (
 	if err == nil {
 		f, err = p.buildFilter()
 	}
+	if err == nil {
+		err = p.buildExpiryIndex()
+	}
 	e.mu.Lock()
 	if err != nil {
 		delete(e.mu.open, p.id)

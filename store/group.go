@@ -64,7 +64,11 @@ func CheckpointAll(items []PartitionCheckpoint) error {
 		pc.seal(noChangelog)
 		pcs = append(pcs, pc)
 	}
-	b := parts[0].e.be.newBatch()
+	size := 0
+	for _, pc := range pcs {
+		size += pc.b.size()
+	}
+	b := parts[0].e.be.newBatchSized(size)
 	for _, pc := range pcs {
 		pc.b.(*recordingBatch).replay(b)
 	}
@@ -113,6 +117,18 @@ func (b *recordingBatch) commit() error {
 func (b *recordingBatch) commitNoSync() error { return b.commit() }
 
 func (b *recordingBatch) discard() { b.ops = nil }
+
+func (b *recordingBatch) size() int {
+	n := 0
+	for _, op := range b.ops {
+		n += len(op.key) + len(op.val) + opOverhead
+	}
+	return n
+}
+
+// opOverhead is about what a batch adds to a write's key and value (kind,
+// lengths).
+const opOverhead = 8
 
 // replay adds the recorded writes to to, in order.
 func (b *recordingBatch) replay(to batch) {

@@ -80,6 +80,8 @@ type syncCountingBackend struct {
 
 func (c syncCountingBackend) newBatch() batch { return countingBatch{c.backend.newBatch(), c.commits} }
 
+func (c syncCountingBackend) newBatchSized(int) batch { return c.newBatch() }
+
 type countingBatch struct {
 	batch
 	commits *int

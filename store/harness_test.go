@@ -1,6 +1,9 @@
 package store
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,18 +198,29 @@ func (h *harness) persisted(t *testing.T, partition int32) map[string]string {
 	return out
 }
 
-// indexEntries returns the persisted expiry-index entries of partition as
-// "<user key>@<expiry unix seconds>".
+// indexEntries returns the expiry index items of the open partition as
+// "<user key>@<expiry hh:mm>", earliest first, and checks that the
+// backend holds no index key (format 3 keeps the index in memory only).
 func (h *harness) indexEntries(t *testing.T, partition int32) []string {
 	t.Helper()
 	ks := newKeyspace(topic, partition)
-	lo, hi := ks.indexBounds(1, 1<<62)
+	lo := appendTagged(nil, ks, indexTag, "")
+	n := 0
+	require.NoError(t, h.engine().be.scan(lo, appendTagged(nil, ks, indexTag+1, "")[:len(lo)-1], func([]byte) bool { n++; return true }))
+	require.Zero(t, n, "index keys in the backend")
+	e := h.engine()
+	e.mu.Lock()
+	p := e.mu.open[string(ks.prefix)]
+	e.mu.Unlock()
+	require.NotNil(t, p, "partition %d is not open", partition)
+	p.ckpt.Lock()
+	items := slices.Clone(p.ckpt.exp.h)
+	p.ckpt.Unlock()
+	slices.SortFunc(items, func(a, b expiryItem) int { return cmp.Or(cmp.Compare(a.exp, b.exp), strings.Compare(a.key, b.key)) })
 	var out []string
-	require.NoError(t, h.engine().be.scan(lo, hi, func(k []byte) bool {
-		exp := valueExpiry(k[len(ks.prefix)+2:])
-		out = append(out, string(ks.indexUserKey(k))+"@"+time.Unix(0, exp).UTC().Format("15:04"))
-		return true
-	}))
+	for _, it := range items {
+		out = append(out, it.key+"@"+time.Unix(0, it.exp).UTC().Format("15:04"))
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"time"
@@ -13,13 +14,14 @@ import (
 // followed by one of
 //
 //	k/<user key>                      entry: <expiry be64><user value>
-//	x/<expiry be64><user key>         expiry index: empty value
 //	c/<stage>                         checkpoint: <version 1><next be64><watermark be64>
 //
 // Topic names cannot contain '/' (Kafka forbids it, OpenPartition rejects
 // it), so the prefix of one partition is never a prefix of another's.
 const (
-	entryTag      = 'k'
+	entryTag = 'k'
+	// indexTag is the tag of format 2's persisted expiry index,
+	// x/<expiry be64><user key>, which opening such a database deletes.
 	indexTag      = 'x'
 	checkpointTag = 'c'
 
@@ -42,7 +44,26 @@ var metaVersionKey = []byte("m/version")
 // the layout of the values its users write. 2: the attribution processors
 // keep one key per click and per install; the store's own keys
 // are as in 1.
-const formatVersion = 2
+const formatVersion = 3
+
+// formatIndexed is format 3 with the expiry index persisted under x/:
+// opening such a database drops those keys (dropIndexes) and records
+// format 3.
+const formatIndexed = 2
+
+// partitionPrefix returns the partition prefix p/<topic>/<partition>/ that
+// key starts with.
+func partitionPrefix(key []byte) ([]byte, bool) {
+	if !bytes.HasPrefix(key, []byte("p/")) {
+		return nil, false
+	}
+	i := bytes.IndexByte(key[2:], '/')
+	if i < 0 || len(key) < 2+i+1+4+1 || key[2+i+1+4] != '/' {
+		return nil, false
+	}
+	n := 2 + i + 1 + 4 + 1
+	return append([]byte(nil), key[:n]...), true
+}
 
 // keyspace builds the keys of one partition.
 type keyspace struct {
@@ -78,33 +99,9 @@ func entry[K string | []byte](dst []byte, ks keyspace, key K) []byte {
 	return appendTagged(dst, ks, entryTag, key)
 }
 
-// index appends the expiry-index key of key expiring at exp to dst.
-func index[K string | []byte](dst []byte, ks keyspace, exp int64, key K) []byte {
-	dst = append(dst, ks.prefix...)
-	dst = append(dst, indexTag, '/')
-	dst = binary.BigEndian.AppendUint64(dst, uint64(exp))
-	return append(dst, key...)
-}
-
 // checkpointKey appends the key of stage's checkpoint to dst.
 func checkpointKey(dst []byte, ks keyspace, stage string) []byte {
 	return appendTagged(dst, ks, checkpointTag, stage)
-}
-
-// indexBounds returns the range [lo, hi) of the index keys whose expiry is
-// in [from, ev].
-func (ks keyspace) indexBounds(from, ev int64) (lo, hi []byte) {
-	lo = index(nil, ks, from, "")
-	if ev == math.MaxInt64 {
-		hi = appendTagged(nil, ks, indexTag+1, "")
-		return lo, hi[:len(hi)-1]
-	}
-	return lo, index(nil, ks, ev+1, "")
-}
-
-// indexUserKey returns the user key of an index key.
-func (ks keyspace) indexUserKey(k []byte) []byte {
-	return k[len(ks.prefix)+2+expiryLen:]
 }
 
 // expiryNanos maps an expiry time to the stored form: 0 for none (zero

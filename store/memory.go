@@ -227,3 +227,11 @@ func (b *memBatch) commit() error {
 func (b *memBatch) commitNoSync() error { return b.commit() }
 
 func (b *memBatch) discard() { b.ops = nil }
+
+func (b *memBatch) size() int {
+	n := 0
+	for _, op := range b.ops {
+		n += len(op.key) + len(op.val) + opOverhead
+	}
+	return n
+}

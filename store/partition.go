@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -78,15 +77,16 @@ type partitionStore struct {
 		flushed []write   // taken, merged in seq order
 		kbuf    []byte
 		cands   []string
-		last    map[string]int
-		// lastWrite: index in flushed of each key's last write.
+		// lastWrite: index in flushed of each key's last write (evict
+		// then marks the keys it decided).
 		lastWrite map[string]int
-		arena     []byte   // backing of lookups
-		lookups   [][]byte // entry keys eviction looks up
-		// evictedThrough: no persisted index entry has an expiry <= it, so
-		// the eviction scan starts above it instead of wading through the
-		// tombstones of earlier evictions.
-		evictedThrough int64
+		// exp indexes the persisted expiring entries by expiry (expiry.go).
+		exp expiryIndex
+		// sizeHint is the size of the batch the next checkpoint starts
+		// with: a little more than the last one's, so that a busy
+		// partition's batch (megabytes) is not grown by copying as it
+		// fills.
+		sizeHint int
 	}
 
 	mu struct {
@@ -228,7 +228,7 @@ func (p *partitionStore) Checkpoint(cps []commit.Checkpoint, evictBefore time.Ti
 // prepare builds the batch of a checkpoint (and, with records, its changelog
 // records) and returns it holding ckpt: commit or abort releases it.
 func (p *partitionStore) prepare(cps []commit.Checkpoint, evictBefore time.Time, records bool) (*prepared, error) {
-	return p.prepareIn(cps, evictBefore, records, p.be.newBatch)
+	return p.prepareIn(cps, evictBefore, records, func() batch { return p.be.newBatchSized(p.ckpt.sizeHint) })
 }
 
 // prepareIn is prepare building the checkpoint in the batch newBatch
@@ -255,9 +255,9 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 
 	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
 	pc.b = newBatch()
-	p.writeFlushed(pc.b, p.ckpt.flushed, pc)
 	pc.ev = expiryNanos(evictBefore)
-	evicted, complete, err := p.evict(pc.b, p.ckpt.flushed, pc.ev)
+	p.writeFlushed(pc.b, p.ckpt.flushed, pc)
+	evicted, complete, err := p.evict(pc, p.ckpt.flushed)
 	if err != nil {
 		pc.abort()
 		return nil, p.err("checkpoint", err)
@@ -272,6 +272,7 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
 		pc.b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
 	}
+	p.ckpt.sizeHint = pc.b.size() + pc.b.size()/4
 	return pc, nil
 }
 
@@ -316,7 +317,14 @@ func (pc *prepared) seal(changelogOffset int64) {
 // applied updates the in-memory state once the batch is persisted.
 func (pc *prepared) applied() {
 	p := pc.p
-	p.advanceEvictedThrough(p.ckpt.flushed, pc.ev, pc.complete)
+	pc.indexed = true
+	p.ckpt.exp.addAll(pc.added)
+	for _, w := range p.ckpt.flushed {
+		p.ckpt.exp.setCurrent(w.k.key, w.enc)
+	}
+	for _, key := range pc.evicted {
+		p.ckpt.exp.setCurrent(key, nil)
+	}
 	p.mu.Lock()
 	p.persistedLocked(pc.cps, pc.evicted)
 	stale := p.newGenLocked()
@@ -338,25 +346,6 @@ func closeIters(its []backendIter) {
 	for _, it := range its {
 		_ = it.close() // read-only: nothing to lose
 	}
-}
-
-// advanceEvictedThrough updates ckpt.evictedThrough after a committed batch
-// that evicted up to ev (complete: not cut short by evictLimit) and wrote
-// flushed, whose index entries with an expiry <= ev it deleted.
-func (p *partitionStore) advanceEvictedThrough(flushed []write, ev int64, complete bool) {
-	through := p.ckpt.evictedThrough
-	if complete {
-		through = max(through, ev)
-	}
-	for _, w := range flushed {
-		if w.enc == nil {
-			continue
-		}
-		if exp := valueExpiry(w.enc); exp != 0 && exp > ev && exp <= through {
-			through = exp - 1
-		}
-	}
-	p.ckpt.evictedThrough = through
 }
 
 func (p *partitionStore) checkCheckpoints(cps []commit.Checkpoint) error {
@@ -427,8 +416,9 @@ func mergeBySeq(dst []write, lists [][]write) []write {
 	}
 }
 
-// writeFlushed adds the writes to b: the entry (or its deletion) and, for an
-// expiring entry, its index entry.
+// writeFlushed adds the writes to b: the entry (or its deletion); an
+// expiring entry that outlives this checkpoint's eviction goes into
+// pc.added, for the expiry index once the batch is persisted.
 //
 // Only the last write of each key goes into the batch: the earlier ones are
 // superseded within the same atomic batch, and a hot key (a busy user's click
@@ -457,36 +447,29 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 		}
 		b.set(kb, w.enc)
 		p.filter.Load().add(unsafeBytes(w.k.key)) // before the overlay drops it
-		if exp := valueExpiry(w.enc); exp != 0 {
-			kb = index(kb[:0], p.ks, exp, w.k.key)
-			b.set(kb, nil)
+		if exp := valueExpiry(w.enc); exp != 0 && exp > pc.ev {
+			pc.added = append(pc.added, expiryItem{exp: exp, key: w.k.key})
 		}
 	}
 	p.ckpt.kbuf = kb
 }
 
-// evict adds to b the deletion of every entry whose expiry is in [1, ev],
-// judged on the state after this batch's writes, and of the index entries
-// that pointed at them or are stale (the key was rewritten or deleted since).
-// It returns the user keys whose entries it deletes, and complete=false if
-// evictLimit cut the scan of the persisted index short.
-func (p *partitionStore) evict(b batch, flushed []write, ev int64) (evicted []string, complete bool, err error) {
+// evict adds to pc.b the deletion of every entry whose expiry is in
+// [1, pc.ev], judged on the state after this batch's writes: the persisted
+// ones the expiry index holds (it takes them out; an item whose key was
+// since deleted or rewritten with another expiry is stale and only
+// dropped) and those of this batch's writes. It returns the user keys whose
+// entries it deletes, and complete=false if evictLimit left index items of
+// an expiry <= pc.ev for the next checkpoint.
+func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string, complete bool, err error) {
+	ev, b := pc.ev, pc.b
 	if ev == 0 {
 		return nil, true, nil
 	}
 	cands := p.ckpt.cands[:0]
-	complete = true
-	if ev > p.ckpt.evictedThrough {
-		lo, hi := p.ks.indexBounds(p.ckpt.evictedThrough+1, ev)
-		err := p.be.scan(lo, hi, func(k []byte) bool {
-			b.del(k)
-			cands = append(cands, string(p.ks.indexUserKey(k)))
-			complete = len(cands) < p.evictLimit
-			return complete
-		})
-		if err != nil {
-			return nil, false, err
-		}
+	pc.popped, complete = p.ckpt.exp.popThrough(pc.popped[:0], ev, p.evictLimit)
+	for _, it := range pc.popped {
+		cands = append(cands, it.key)
 	}
 	kb := p.ckpt.kbuf
 	for _, w := range flushed {
@@ -494,8 +477,6 @@ func (p *partitionStore) evict(b batch, flushed []write, ev int64) (evicted []st
 			continue
 		}
 		if exp := valueExpiry(w.enc); exp != 0 && exp <= ev {
-			kb = index(kb[:0], p.ks, exp, w.k.key)
-			b.del(kb) // the index entry written above
 			cands = append(cands, w.k.key)
 		}
 	}
@@ -505,47 +486,31 @@ func (p *partitionStore) evict(b batch, flushed []write, ev int64) (evicted []st
 		return nil, complete, nil
 	}
 
-	// The last write of each key in this batch decides its state after it;
-	// the other keys are looked up in the backend, in key order.
-	last := p.ckpt.last
-	if last == nil {
-		last = make(map[string]int)
-		p.ckpt.last = last
-	}
-	for i, w := range flushed {
-		last[w.k.key] = i
-	}
-	arena, lookups := p.ckpt.arena[:0], p.ckpt.lookups[:0]
+	// The last write of each key in this batch decides its state after it
+	// (writeFlushed left the index of each key's last write in lastWrite;
+	// this marks the keys decided with -1); the expiry index knows the
+	// persisted expiry of the others.
+	last := p.ckpt.lastWrite
 	for _, key := range cands {
 		i, inBatch := last[key]
 		if i < 0 {
 			continue // already decided
 		}
 		last[key] = -1
-		if !inBatch {
-			n := len(arena)
-			arena = entry(arena, p.ks, key)
-			lookups = append(lookups, arena[n:len(arena):len(arena)])
-			continue
+		var expired bool
+		if inBatch {
+			expired = expiredBy(flushed[i].enc, ev)
+		} else {
+			exp, ok := p.ckpt.exp.current(key)
+			expired = ok && exp <= ev
 		}
-		if expiredBy(flushed[i].enc, ev) {
+		if expired {
 			kb = entry(kb[:0], p.ks, key)
 			b.del(kb)
 			evicted = append(evicted, key)
 		}
 	}
 	p.ckpt.kbuf = kb
-	p.ckpt.arena, p.ckpt.lookups = arena, lookups
-	slices.SortFunc(lookups, bytes.Compare)
-	err = p.be.getSorted(lookups, func(i int, enc []byte) {
-		if expiredBy(enc, ev) {
-			b.del(lookups[i])
-			evicted = append(evicted, string(lookups[i][len(p.ks.prefix)+2:]))
-		}
-	})
-	if err != nil {
-		return nil, false, err
-	}
 	return evicted, complete, nil
 }
 
@@ -601,9 +566,7 @@ func (p *partitionStore) clearScratch() {
 	p.ckpt.flushed = p.ckpt.flushed[:0]
 	clear(p.ckpt.cands)
 	p.ckpt.cands = p.ckpt.cands[:0]
-	clear(p.ckpt.last)
-	clear(p.ckpt.lookups)
-	p.ckpt.lookups = p.ckpt.lookups[:0]
+	clear(p.ckpt.lastWrite)
 }
 
 // Checkpoints returns the persisted checkpoints in stage order. ok is false
@@ -657,6 +620,7 @@ func (p *partitionStore) Reset() error {
 		return p.err("reset", err)
 	}
 	p.filter.Store(newKeyFilter(0))
+	p.ckpt.exp.reset()
 	p.dropLocked()
 	return nil
 }

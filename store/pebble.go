@@ -88,6 +88,8 @@ func checkFormat(pdb *pebble.DB) error {
 	switch {
 	case bytes.Equal(v, binary.BigEndian.AppendUint32(nil, formatVersion)):
 		return nil
+	case bytes.Equal(v, binary.BigEndian.AppendUint32(nil, formatIndexed)):
+		return dropIndexes(pdb)
 	case len(v) == 4 && binary.BigEndian.Uint32(v) < formatVersion:
 		return fmt.Errorf("%w: format %d, this version reads format %d (the attribution state is one key per click "+
 			"and per install since format 2) and does not convert it; remove the directory to start with empty windows "+
@@ -95,6 +97,37 @@ func checkFormat(pdb *pebble.DB) error {
 			ErrOldFormat, binary.BigEndian.Uint32(v), formatVersion)
 	}
 	return fmt.Errorf("%w: format version %x, want %d", ErrCorrupt, v, formatVersion)
+}
+
+// dropIndexes converts a format-2 database to format 3: the same entries
+// and checkpoints, without the persisted expiry index (format 3 keeps it in
+// memory, built from the entries when a partition is opened). One range
+// deletion per partition and the new version, in one synced batch.
+func dropIndexes(pdb *pebble.DB) error {
+	it, err := pdb.NewIter(&pebble.IterOptions{LowerBound: []byte("p/"), UpperBound: []byte("p0")})
+	if err != nil {
+		return fmt.Errorf("store: convert format %d: %w", formatIndexed, err)
+	}
+	b := pdb.NewBatch()
+	defer b.Close()
+	for ok := it.First(); ok; {
+		prefix, found := partitionPrefix(it.Key())
+		if !found {
+			return errors.Join(fmt.Errorf("%w: key %q outside any partition's layout", ErrCorrupt, it.Key()), it.Close())
+		}
+		ks := keyspace{prefix: prefix}
+		lo := appendTagged(nil, ks, indexTag, "")
+		_ = b.DeleteRange(lo, appendTagged(nil, ks, indexTag+1, "")[:len(lo)-1], nil)
+		ok = it.SeekGE(ks.end())
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("store: convert format %d: %w", formatIndexed, err)
+	}
+	_ = b.Set(metaVersionKey, binary.BigEndian.AppendUint32(nil, formatVersion), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: convert format %d: %w", formatIndexed, err)
+	}
+	return nil
 }
 
 // Close closes every open partition (waiting for a checkpoint in progress
@@ -291,15 +324,15 @@ func (pb *pebbleBackend) scan(lo, hi []byte, fn func(key []byte) bool) (err erro
 
 func (pb *pebbleBackend) newBatch() batch { return &pebbleBatch{pb: pb} }
 
-func (pb *pebbleBackend) newBatchSized(size int) batch { return &pebbleBatch{pb: pb, size: size} }
+func (pb *pebbleBackend) newBatchSized(size int) batch { return &pebbleBatch{pb: pb, capacity: size} }
 
 // pebbleBatch builds a pebble.Batch lazily, so that creating one never
 // touches a closed DB.
 type pebbleBatch struct {
-	pb   *pebbleBackend
-	b    *pebble.Batch
-	err  error
-	size int // initial capacity, 0: pebble's default
+	pb       *pebbleBackend
+	b        *pebble.Batch
+	err      error
+	capacity int // initial capacity, 0: pebble's default
 }
 
 // init creates the pebble batch on first use; a closed DB leaves b nil and
@@ -314,8 +347,8 @@ func (b *pebbleBatch) init() bool {
 		b.err = ErrClosed
 		return false
 	}
-	if b.size > 0 {
-		b.b = b.pb.mu.db.NewBatchWithSize(b.size)
+	if b.capacity > 0 {
+		b.b = b.pb.mu.db.NewBatchWithSize(b.capacity)
 	} else {
 		b.b = b.pb.mu.db.NewBatch()
 	}
@@ -358,6 +391,13 @@ func (b *pebbleBatch) commitWith(opts *pebble.WriteOptions) error {
 		return ErrClosed
 	}
 	return b.b.Commit(opts)
+}
+
+func (b *pebbleBatch) size() int {
+	if b.b == nil {
+		return 0
+	}
+	return len(b.b.Repr())
 }
 
 func (b *pebbleBatch) discard() {

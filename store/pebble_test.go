@@ -60,7 +60,7 @@ func TestOpenPebbleRefusesOldFormat(t *testing.T) {
 
 	_, err = OpenPebble("db", WithFS(fs))
 	require.ErrorIs(t, err, ErrOldFormat)
-	require.ErrorContains(t, err, "format 1, this version reads format 2")
+	require.ErrorContains(t, err, "format 1, this version reads format 3")
 	require.ErrorContains(t, err, "remove the directory")
 
 	pdb, err = pebble.Open("db", &pebble.Options{FS: fs})

@@ -239,7 +239,8 @@ func TestReset(t *testing.T) {
 		require.NoError(t, ps.Checkpoint(cps(stages3, 1, 1, 1), time.Time{}))
 		require.NoError(t, other.Checkpoint(cps(stages3, 1, 1, 1), time.Time{}))
 		set(t, ps.Stage(1), 1, "b", "pending")
-		require.Equal(t, 5, h.allKeys(t, 0)) // entry, index, 3 checkpoints
+		require.Equal(t, 4, h.allKeys(t, 0)) // entry, 3 checkpoints
+		require.Len(t, h.indexEntries(t, 0), 1)
 
 		require.NoError(t, ps.Reset())
 		require.Zero(t, h.allKeys(t, 0))
@@ -395,6 +396,8 @@ func (f *failingBackend) newBatch() batch {
 	}
 	return f.backend.newBatch()
 }
+
+func (f *failingBackend) newBatchSized(int) batch { return f.newBatch() }
 
 type failingBatch struct{ batch }
 

@@ -30,6 +30,11 @@ const envSoak = "DIFFERENTIAL_SOAK"
 // many installs wait in the key gate while later records complete.
 const soakLateness = 6 * time.Hour
 
+// soakIdle is the members' --idle-timeout: an idle release is decided over
+// the log (a gap between two records' timestamps longer than it), so the
+// model needs the same one; the generator's records are minutes apart.
+const soakIdle = 10 * time.Minute
+
 // newSoakFleet is testFleet's set-up with a late-heavy workload and
 // --lateness soakLateness.
 func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []workload.Record, func()) {
@@ -38,7 +43,7 @@ func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []
 	f := &fleet{b: b, bin: bin, in: b.Topic(t, int32(partitions)), out: b.Topic(t, int32(partitions)), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "soak"), partitions: partitions, assignor: "sticky",
 		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(),
-		exits: make(chan struct{}, 1), extra: []string{"--lateness", soakLateness.String()}}
+		exits: make(chan struct{}, 1), extra: []string{"--lateness", soakLateness.String(), "--idle-timeout", soakIdle.String()}}
 	// DIFFERENTIAL_SOAK_FLAGS: more `run` flags, e.g. "--key-concurrency 8".
 	f.extra = append(f.extra, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_FLAGS"))...)
 	if b.Real() {
@@ -57,6 +62,7 @@ func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []
 	f.cfg = attribution.DefaultConfig()
 	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
 	f.cfg.Lateness = soakLateness
+	f.cfg.IdleTimeout = soakIdle // the members' --idle-timeout, for the model's horizons
 	recs := workload.Generate(wc)
 	pcfg := b.Config()
 	pcfg.Producer.Idempotent = true
