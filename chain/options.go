@@ -178,7 +178,11 @@ func WithLateness(l time.Duration) Option {
 // tail the gap is quiet time after the last record's timestamp; with a Source
 // that is an EndConfirmer it also needs a check of the log, asked after that
 // deadline, that found nothing past what was fetched (DESIGN.md "Idle
-// release"). Default 1s.
+// release"). Such a tail decision is recorded in the partition's commit
+// metadata and applied again by every restart, restore and rewind of the
+// group, since a later record's CreateTime may not show the gap (DESIGN.md
+// "Recorded idle releases"); in at-least-once mode the release waits for
+// the commit that carries it. Default 1s.
 func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.idleTimeout = d })
 }
