@@ -22,7 +22,7 @@ func gapRecs(t0 time.Time, offs ...int64) []Record {
 // before a restored decision is the position past it.
 func TestGapLogSeededAboveTheFetch(t *testing.T) {
 	committed := int64(0)
-	g := newGapLog(time.Second, 2, func() int64 { return committed }, nil)
+	g := newGapLog(time.Second, 2, true, func() int64 { return committed }, nil)
 	g.seed([]commit.IdleRelease{{Stage: "b", After: 7, LeaderNext: 8}})
 	t0 := time.Unix(1000, 0)
 	recs := gapRecs(t0, 0, 1, 2)
@@ -44,7 +44,7 @@ func TestGapLogSeededAboveTheFetch(t *testing.T) {
 // committed offset, and a commit past one makes room.
 func TestGapLogTailDecisionWaitsForItsCommit(t *testing.T) {
 	committed := int64(0)
-	g := newGapLog(time.Second, 2, func() int64 { return committed }, nil)
+	g := newGapLog(time.Second, 2, true, func() int64 { return committed }, nil)
 	t0 := time.Unix(1000, 0)
 	next := int64(0)
 	for k := range g.cap + 1 {

@@ -72,8 +72,8 @@ type gapLog struct {
 	durableC chan struct{}
 	room     chan struct{}
 	// cap is how many recorded entries the metadata carries
-	// (commit.IdleReleaseCap); 0: none, tail entries are then used
-	// unrecorded.
+	// (commit.IdleReleaseCap); 0: none (too many stages, or
+	// WithoutRecordedIdleReleases), tail entries are then used unrecorded.
 	cap int
 }
 
@@ -81,8 +81,11 @@ type gapLog struct {
 // committed offset.
 const gapTrimAt = 4096
 
-func newGapLog(it time.Duration, stages int, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
-	g := &gapLog{it: it, log: log, committed: committed, cap: commit.IdleReleaseCap(stages), room: make(chan struct{})}
+func newGapLog(it time.Duration, stages int, record bool, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
+	g := &gapLog{it: it, log: log, committed: committed, room: make(chan struct{})}
+	if record {
+		g.cap = commit.IdleReleaseCap(stages)
+	}
 	g.top.Store(-1)
 	return g
 }

@@ -237,3 +237,27 @@ func pendingValues(x *chaintest.Transactor) []string {
 	}
 	return out
 }
+
+// The compatibility mode for binaries before dfl4 writes no dfl4: the
+// tail is released at once, unrecorded, and no commit carries it.
+func TestWithoutRecordedIdleReleasesWritesNoDfl4(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 200 * time.Millisecond
+		first, late := createTimeTail(time.Now(), idle)
+		tt := chaintest.New(t, storeHorizonStages(chain.GatePartition), testDecoder, chain.WithIdleTimeout(idle),
+			chain.WithLateness(time.Minute), chain.WithCommitInterval(100*time.Millisecond), chain.WithoutRecordedIdleReleases())
+		tt.UseChangelog()
+		tt.Start(0)
+		tt.Append(0, first...)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.ElementsMatch(t, createTimeWant, values(tt.Outputs("output")))
+		tt.Append(0, late...)
+		tt.WaitIdle()
+		require.NoError(t, tt.Stop())
+		require.NotEmpty(t, tt.Commits(0))
+		for _, c := range tt.Commits(0) {
+			require.False(t, strings.HasPrefix(c.Metadata, "dfl4:"), "%q", c.Metadata)
+		}
+	})
+}

@@ -109,9 +109,10 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 	}
 	p.committed.Store(a.Committed)
 	p.kick = make(chan struct{}, 1)
-	p.gaps = newGapLog(c.cfg.idleTimeout, len(c.names), p.committed.Load, func(off int64, gap time.Duration) {
-		if commit.IdleReleaseCap(len(c.names)) == 0 {
-			p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); this chain has too many stages for its commit metadata to record the decision, so a replay of the partition may decide differently",
+	record := !c.cfg.noIdleRecord
+	p.gaps = newGapLog(c.cfg.idleTimeout, len(c.names), record, p.committed.Load, func(off int64, gap time.Duration) {
+		if !record || commit.IdleReleaseCap(len(c.names)) == 0 {
+			p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); the decision is not recorded (WithoutRecordedIdleReleases, or too many stages for the commit metadata), so a replay of the partition may decide differently",
 				"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
 			return
 		}
