@@ -31,7 +31,7 @@ import (
 // recorded entries, so a restart, a move and a rewind apply the decision
 // instead of deciding again. In at-least-once mode outputs leave before
 // the commit, so a tail entry is used only once a commit carrying it was
-// acknowledged (propose, durable); in exactly-once mode the transaction
+// acknowledged (decideTail, durable); in exactly-once mode the transaction
 // that carries a released record's outputs carries the entry too.
 //
 // The fetcher appends in offset order (note), so every gap below the
@@ -64,7 +64,7 @@ type gapLog struct {
 	// commit metadata) at or above the committed offset, After
 	// increasing: each is also in gaps. pending is an at-least-once tail
 	// decision not yet in a commit Kafka acknowledged (not in gaps: no
-	// record may be released or processed against it yet); durable is
+	// record may be released or processed against it yet); durableC is
 	// closed when it is. room is closed (and replaced) when recorded
 	// shrinks, for a tail decision waiting for room (cap).
 	recorded []commit.IdleRelease
@@ -170,8 +170,8 @@ func (g *gapLog) addTail(off int64) {
 // decideTail is a tail decision r (r.After the last record delivered) of
 // a partition whose commits carry it. It reports whether r is in the gap
 // log now; when not, answer is closed when that may have changed: the
-// commit carrying it was acknowledged (at-least-once, propose), or the
-// recorded entries shrank below the cap.
+// commit carrying it was acknowledged (at-least-once: r waits as pending
+// unless immediate), or the recorded entries shrank below the cap.
 func (g *gapLog) decideTail(r commit.IdleRelease, immediate bool) (ok bool, answer <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
