@@ -38,7 +38,7 @@ func compatTester(t *testing.T, r *recorder, compat *bool, opts ...chain.Option)
 func requireNoDfl3(t *testing.T, cs []chaintest.Commit) {
 	t.Helper()
 	for _, c := range cs {
-		require.False(t, strings.HasPrefix(c.Metadata, "dfl3:"), "compat mode wrote dfl3 at offset %d: %q", c.Offset, c.Metadata)
+		require.False(t, strings.HasPrefix(c.Metadata, "dfl3:") || strings.HasPrefix(c.Metadata, "dfl4:"), "compat mode wrote dfl3 or dfl4 at offset %d: %q", c.Offset, c.Metadata)
 	}
 }
 

@@ -3,10 +3,13 @@ package chain
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/differential-dev/differential/commit"
 )
 
 // gapLog is the partition's idle release rule over the log (DESIGN.md
@@ -20,9 +23,16 @@ import (
 // may release it once its leader completed everything below H(o) (the
 // leader is idle there). Both are functions of the log alone, so live
 // processing, a restart, a move, an exactly-once rewind and a re-run from
-// offset 0 decide alike; only a tail entry the later records' timestamps
-// do not confirm (CreateTime behind the engine's clock) is not (noted in
-// the log when it happens).
+// offset 0 decide alike — except a tail entry, which the next record's
+// timestamp may not confirm (CreateTime behind the engine's clock). Every
+// tail entry is therefore recorded (DESIGN.md "Recorded idle releases"):
+// it goes into the partition's commit metadata (in exactly-once mode the
+// transaction's), and a restored partition seeds its gap log with the
+// recorded entries, so a restart, a move and a rewind apply the decision
+// instead of deciding again. In at-least-once mode outputs leave before
+// the commit, so a tail entry is used only once a commit carrying it was
+// acknowledged (decideTail, durable); in exactly-once mode the transaction
+// that carries a released record's outputs carries the entry too.
 //
 // The fetcher appends in offset order (note), so every gap below the
 // fetched end is known; entries below the committed offset are trimmed
@@ -49,14 +59,33 @@ type gapLog struct {
 	// committed is the partition's committed offset: note trims below it
 	// when the list has grown (exactly-once mode has no commit loop).
 	committed func() int64
+
+	// recorded are the tail entries decided live (or restored from the
+	// commit metadata) at or above the committed offset, After
+	// increasing: each is also in gaps. pending is an at-least-once tail
+	// decision not yet in a commit Kafka acknowledged (not in gaps: no
+	// record may be released or processed against it yet); durableC is
+	// closed when it is. room is closed (and replaced) when recorded
+	// shrinks, for a tail decision waiting for room (cap).
+	recorded []commit.IdleRelease
+	pending  *commit.IdleRelease
+	durableC chan struct{}
+	room     chan struct{}
+	// cap is how many recorded entries the metadata carries
+	// (commit.IdleReleaseCap); 0: none (too many stages, or
+	// WithoutRecordedIdleReleases), tail entries are then used unrecorded.
+	cap int
 }
 
 // gapTrimAt is the length at which note trims the list below the
 // committed offset.
 const gapTrimAt = 4096
 
-func newGapLog(it time.Duration, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
-	g := &gapLog{it: it, log: log, committed: committed}
+func newGapLog(it time.Duration, stages int, record bool, committed func() int64, log func(off int64, gap time.Duration)) *gapLog {
+	g := &gapLog{it: it, log: log, committed: committed, room: make(chan struct{})}
+	if record {
+		g.cap = commit.IdleReleaseCap(stages)
+	}
 	g.top.Store(-1)
 	return g
 }
@@ -78,7 +107,7 @@ func (g *gapLog) note(recs []Record) {
 		if g.have {
 			gap := r.Timestamp.Sub(g.lastTS)
 			switch {
-			case g.tail && len(g.gaps) > 0 && g.gaps[len(g.gaps)-1] == g.lastOff:
+			case g.tail && g.has(g.lastOff):
 				g.tail = false
 				if gap <= g.it {
 					g.unconfirmed.Add(1)
@@ -97,12 +126,23 @@ func (g *gapLog) note(recs []Record) {
 	}
 }
 
+// addLocked enters l; entries restored from the metadata may lie above
+// the ones the fetcher finds, so it inserts in order.
 func (g *gapLog) addLocked(l int64) {
-	if n := len(g.gaps); n > 0 && g.gaps[n-1] >= l {
+	n := len(g.gaps)
+	if n == 0 || g.gaps[n-1] < l {
+		g.gaps = append(g.gaps, l)
+		g.top.Store(l)
 		return
 	}
-	g.gaps = append(g.gaps, l)
-	g.top.Store(l)
+	if i, found := slices.BinarySearch(g.gaps, l); !found {
+		g.gaps = slices.Insert(g.gaps, i, l)
+	}
+}
+
+func (g *gapLog) has(l int64) bool {
+	_, found := slices.BinarySearch(g.gaps, l)
+	return found
 }
 
 // last is the last record the fetcher delivered.
@@ -113,7 +153,8 @@ func (g *gapLog) last() (off int64, ts time.Time, ok bool) {
 }
 
 // addTail enters the tail entry at off (the last record delivered; its end
-// was confirmed after its timestamp + IdleTimeout).
+// was confirmed after its timestamp + IdleTimeout) unrecorded: for chains
+// whose metadata has no room for it (cap 0).
 func (g *gapLog) addTail(off int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -124,6 +165,137 @@ func (g *gapLog) addTail(off int64) {
 		g.addLocked(off)
 		g.tail = true
 	}
+}
+
+// decideTail is a tail decision r (r.After the last record delivered) of
+// a partition whose commits carry it. It reports whether r is in the gap
+// log now; when not, answer is closed when that may have changed: the
+// commit carrying it was acknowledged (at-least-once: r waits as pending
+// unless immediate), or the recorded entries shrank below the cap.
+func (g *gapLog) decideTail(r commit.IdleRelease, immediate bool) (ok bool, answer <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.has(r.After) {
+		return true, nil
+	}
+	if g.pending != nil {
+		return false, g.durableC
+	}
+	if !g.have || r.After != g.lastOff {
+		return false, nil // a record arrived: the caller asks again
+	}
+	if g.committed != nil {
+		g.dropRecordedLocked(g.committed())
+	}
+	if len(g.recorded) >= g.cap {
+		return false, g.room
+	}
+	if immediate {
+		g.enterLocked(r)
+		return true, nil
+	}
+	g.pending = &r
+	g.durableC = make(chan struct{})
+	return false, g.durableC
+}
+
+// enterLocked enters a recorded decision into the gap log.
+func (g *gapLog) enterLocked(r commit.IdleRelease) {
+	g.addLocked(r.After)
+	i, found := slices.BinarySearchFunc(g.recorded, r.After, func(x commit.IdleRelease, a int64) int {
+		return cmpInt64(x.After, a)
+	})
+	if !found {
+		g.recorded = slices.Insert(g.recorded, i, r)
+	}
+	if g.have && r.After == g.lastOff {
+		g.tail = true
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// forCommit returns the recorded decisions a commit at offset off carries
+// (After >= off), with the pending one, which it returns too (nil: none)
+// for durable once the commit is acknowledged. Decisions are dropped only
+// below the offset last committed: no stage processes a record at or
+// below them again, not after a restart, nor after an exactly-once
+// rewind (this commit may abort).
+func (g *gapLog) forCommit(off int64) (rs []commit.IdleRelease, pending *commit.IdleRelease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.committed != nil {
+		g.dropRecordedLocked(g.committed())
+	}
+	i := 0
+	for i < len(g.recorded) && g.recorded[i].After < off {
+		i++
+	}
+	rs = slices.Clone(g.recorded[i:])
+	if p := g.pending; p != nil && p.After >= off {
+		i, _ := slices.BinarySearchFunc(rs, p.After, func(x commit.IdleRelease, a int64) int { return cmpInt64(x.After, a) })
+		rs = slices.Insert(rs, i, *p)
+		pending = p
+	}
+	if len(rs) == 0 {
+		rs = nil
+	}
+	return rs, pending
+}
+
+// durable enters the pending decision p once a commit carrying it was
+// acknowledged: from now on a restart applies it, so the live run may
+// too. It is entered even if records arrived since (they did not confirm
+// it, or the log would show the gap): it is the partition's decision now.
+func (g *gapLog) durable(p *commit.IdleRelease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending != p {
+		return
+	}
+	g.enterLocked(*p)
+	g.pending = nil
+	close(g.durableC)
+	g.durableC = nil
+}
+
+// seed enters the decisions restored from the commit metadata.
+func (g *gapLog) seed(rs []commit.IdleRelease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range rs {
+		g.enterLocked(r)
+	}
+}
+
+// dropRecordedLocked forgets the recorded decisions below off and wakes a
+// tail decision waiting for room.
+func (g *gapLog) dropRecordedLocked(off int64) {
+	i := 0
+	for i < len(g.recorded) && g.recorded[i].After < off {
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	g.recorded = append(g.recorded[:0], g.recorded[i:]...)
+	close(g.room)
+	g.room = make(chan struct{})
+}
+
+// recordedReleases returns the recorded decisions (for tests and Stats).
+func (g *gapLog) recordedReleases() []commit.IdleRelease {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.recorded)
 }
 
 // first returns the first entry ≥ o.
@@ -166,6 +338,7 @@ func (g *gapLog) trimLocked(off int64) {
 	if i > 0 {
 		g.gaps = append(g.gaps[:0], g.gaps[i:]...)
 	}
+	g.dropRecordedLocked(off)
 }
 
 // tailGap asks whether the log shows its leader idle after the last record
@@ -192,7 +365,7 @@ func (g *gapLog) trimLocked(off int64) {
 // is what the check does. Nor can a high watermark seen earlier decide it:
 // only one read after the deadline shows that nothing arrived in the log —
 // not merely at this fetcher — for IdleTimeout.
-func (p *partitionRun) tailGap(ctx context.Context) (ok bool, at time.Time, answer <-chan struct{}) {
+func (p *partitionRun) tailGap(ctx context.Context, s *stageRun) (ok bool, at time.Time, answer <-chan struct{}) {
 	last, ts, have := p.gaps.last()
 	if !have {
 		return false, time.Time{}, nil
@@ -225,8 +398,7 @@ func (p *partitionRun) tailGap(ctx context.Context) (ok bool, at time.Time, answ
 	}
 	ec, isEC := p.src.(EndConfirmer)
 	if !isEC {
-		p.gaps.addTail(last)
-		return true, time.Time{}, nil
+		return p.decideTail(s, last)
 	}
 	c := &p.endCheck
 	c.mu.Lock()
@@ -236,14 +408,48 @@ func (p *partitionRun) tailGap(ctx context.Context) (ok bool, at time.Time, answ
 	}
 	if c.answered && c.from == high && !c.asked.Before(deadline) {
 		if c.err == nil && !c.more {
-			p.gaps.addTail(last)
-			return true, time.Time{}, nil
+			return p.decideTail(s, last)
 		}
 		if expires := c.at.Add(it); now.Before(expires) {
 			return false, expires, nil // more to fetch (a stalled fetcher), or failed: ask again then
 		}
 	}
 	return false, time.Time{}, p.askEndLocked(ctx, ec, high, now)
+}
+
+// decideTail takes the tail decision that the leader of s is idle after
+// last: recorded (gapLog.decideTail) — at once in exactly-once mode, where
+// the transaction carrying the released records' outputs carries it; in
+// at-least-once mode once a commit carrying it is acknowledged, which it
+// asks of the commit loop now — or, when the metadata has no room for
+// decisions, unrecorded.
+func (p *partitionRun) decideTail(s *stageRun, last int64) (ok bool, at time.Time, answer <-chan struct{}) {
+	if p.gaps.cap == 0 {
+		p.gaps.addTail(last)
+		return true, time.Time{}, nil
+	}
+	r := commit.IdleRelease{Stage: s.name, After: last, LeaderNext: last + 1}
+	if s.leader != nil {
+		// Under the key-scoped gate the leader has read everything
+		// fetched and may not have completed it yet: its read frontier
+		// is past last, its position perhaps not.
+		ln, lwm := s.leader.cp.load()
+		r.LeaderNext, r.LeaderWatermark = max(ln, last+1), lwm
+	}
+	ok, answer = p.gaps.decideTail(r, p.c.tc != nil)
+	if !ok && answer != nil && p.c.tc == nil {
+		p.kickCommit()
+	}
+	return ok, time.Time{}, answer
+}
+
+// kickCommit asks the commit loop to checkpoint now (a tail decision
+// waits for a commit carrying it).
+func (p *partitionRun) kickCommit() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // endCheck is a partition's confirmation that its log holds nothing the

@@ -262,7 +262,7 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 		var tc <-chan time.Time
 		var answer <-chan struct{}
 		if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
-			ok, at, ans := s.p.tailGap(ctx)
+			ok, at, ans := s.p.tailGap(ctx, s)
 			if ok {
 				ch = nil
 				continue // the gap is in the log now
@@ -504,7 +504,7 @@ func (g *keyGate) idleCheck(ctx context.Context) (released bool, at time.Time, a
 	if rn, _ := g.l.rd.load(); rn < s.p.ring.High() {
 		return false, time.Time{}, nil, nil // its frontier moves: block waits for it
 	}
-	ok, at, answer := s.p.tailGap(ctx)
+	ok, at, answer := s.p.tailGap(ctx, s)
 	if !ok {
 		return false, at, answer, nil
 	}

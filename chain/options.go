@@ -52,6 +52,7 @@ type config struct {
 	tracer          Tracer
 	admission       bool // WithAdmissionStep
 	noCarry         bool // WithoutCarriedOffsets
+	noIdleRecord    bool // WithoutRecordedIdleReleases
 	// observer fans out to observers; nil when there is none (New).
 	observer Observer
 	// completion fans out to the observers that are CompletionObservers;
@@ -154,7 +155,20 @@ func WithAdmissionStep() Option {
 // has run without the option (README "Upgrading to, and downgrading from,
 // the dfl3: metadata").
 func WithoutCarriedOffsets() Option {
-	return optionFunc(func(c *config) { c.noCarry = true; c.admission = true })
+	return optionFunc(func(c *config) { c.noCarry, c.noIdleRecord, c.admission = true, true, true })
+}
+
+// WithoutRecordedIdleReleases is the rolling-upgrade compatibility mode
+// for binaries before dfl4: the chain reads commit metadata of every
+// version but writes no dfl4, so the idle releases it decides at the live
+// tail are not recorded (a replay decides them from the timestamps, as
+// before dfl4; DESIGN.md "Recorded idle releases"), and at-least-once
+// releases do not wait for a commit. One exception: a partition restored
+// from dfl4 metadata keeps applying and carrying the restored decisions
+// until the committed offset passes them. WithoutCarriedOffsets implies
+// it.
+func WithoutRecordedIdleReleases() Option {
+	return optionFunc(func(c *config) { c.noIdleRecord = true })
 }
 
 // WithOffsetDistance sets the safety distance in offsets: a follower may
@@ -178,7 +192,11 @@ func WithLateness(l time.Duration) Option {
 // tail the gap is quiet time after the last record's timestamp; with a Source
 // that is an EndConfirmer it also needs a check of the log, asked after that
 // deadline, that found nothing past what was fetched (DESIGN.md "Idle
-// release"). Default 1s.
+// release"). Such a tail decision is recorded in the partition's commit
+// metadata and applied again by every restart, restore and rewind of the
+// group, since a later record's CreateTime may not show the gap (DESIGN.md
+// "Recorded idle releases"); in at-least-once mode the release waits for
+// the commit that carries it. Default 1s.
 func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.idleTimeout = d })
 }

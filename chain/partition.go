@@ -84,6 +84,9 @@ type partitionRun struct {
 	endCheck endCheck
 	// gaps: where the log shows a stage idle (idle.go).
 	gaps *gapLog
+	// kick asks the commit loop to checkpoint now (an at-least-once tail
+	// decision waits for a commit that carries it; idle.go).
+	kick chan struct{}
 
 	eos eosRun // exactly-once mode (txnpartition.go)
 }
@@ -105,8 +108,15 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		start: -1, failed: make(chan struct{}), keySeed: maphash.MakeSeed(),
 	}
 	p.committed.Store(a.Committed)
-	p.gaps = newGapLog(c.cfg.idleTimeout, p.committed.Load, func(off int64, gap time.Duration) {
-		p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); a replay of the partition may decide differently",
+	p.kick = make(chan struct{}, 1)
+	record := !c.cfg.noIdleRecord
+	p.gaps = newGapLog(c.cfg.idleTimeout, len(c.names), record, p.committed.Load, func(off int64, gap time.Duration) {
+		if !record || commit.IdleReleaseCap(len(c.names)) == 0 {
+			p.log.Warn("a follower was released at the live tail after a record the log does not show idle: the next record's timestamp is within the idle timeout of it (CreateTime behind this engine's clock?); the decision is not recorded (WithoutRecordedIdleReleases, or too many stages for the commit metadata), so a replay of the partition may decide differently",
+				"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
+			return
+		}
+		p.log.Info("a follower was released at the live tail after a record the log does not show idle (the next record's timestamp is within the idle timeout of it: CreateTime behind this engine's clock?); the decision is in the commit metadata, and a restart or rewind of this group applies it",
 			"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
 	})
 	if c.cfg.store != nil {
@@ -173,7 +183,11 @@ func (p *partitionRun) restore(a Assignment) error {
 		}
 		return nil
 	}
-	meta, mok := commit.DecodeMetadata(a.Metadata, a.Committed, names)
+	st, mok := commit.DecodeState(a.Metadata, a.Committed, names)
+	meta := st.Stages
+	if mok {
+		p.gaps.seed(st.Idle)
+	}
 	if !mok {
 		if a.Metadata != "" {
 			p.log.Warn("commit metadata is not ours (written by another program or version); every stage resumes at the committed offset",
@@ -740,6 +754,8 @@ func (p *partitionRun) commitLoop(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-p.kick:
+			t.Stop()
 		}
 		if err := p.checkpoint(ctx, false); err != nil {
 			p.fail(err)
@@ -779,6 +795,8 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 		s.noteProgress(cps[i].Next)
 	}
 	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
+	var pending *commit.IdleRelease
+	state.Idle, pending = p.gaps.forCommit(minNext(cps))
 	if p.ps != nil {
 		// The last stage is the slowest: its watermark bounds eviction.
 		evict := EvictBefore(unixTime(cps[len(cps)-1].Watermark))
@@ -811,10 +829,18 @@ func (p *partitionRun) checkpoint(ctx context.Context, final bool) error {
 	p.mgr.Committed(off, md)
 	p.committed.Store(off)
 	p.commits.Add(1)
+	if pending != nil {
+		p.gaps.durable(pending)
+	}
 	if o := p.c.cfg.observer; o != nil {
 		o.Committed(p.topic, p.partition, off, md)
 	}
 	return nil
+}
+
+// minNext is the offset a commit of cps is at: their smallest position.
+func minNext(cps []commit.Checkpoint) int64 {
+	return slices.MinFunc(cps, func(a, b commit.Checkpoint) int { return cmp.Compare(a.Next, b.Next) }).Next
 }
 
 // finalCheckpointErr is a checkpoint's failed store half (changelog append,

@@ -147,6 +147,12 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 	if a.Committed >= 0 {
 		st, ours = commit.DecodeState(a.Metadata, a.Committed, names)
 	}
+	if ours {
+		// The idle releases decided live at or above the committed offset
+		// apply whichever positions the stages resume at (the local ones
+		// are at or after the commit's).
+		p.gaps.seed(st.Idle)
+	}
 	log := p.log.With("changelog_end", end)
 	if lok {
 		log = log.With("local_changelog_offset", local)

@@ -513,7 +513,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 			// The leader completed everything fetched: the log shows it
 			// idle once its end is confirmed past the last record's
 			// timestamp + IdleTimeout.
-			ok, at, ans := s.p.tailGap(ctx)
+			ok, at, ans := s.p.tailGap(ctx, s)
 			if ok {
 				ch = nil
 				continue // the gap is in the log now

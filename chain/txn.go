@@ -666,6 +666,9 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 	}
 	pr := &txnPrepared{p: p, cps: cps, clOffset: p.clOffset}
 	state := commit.State{Stages: cps, Changelog: commit.NoChangelog}
+	// The tail decisions taken so far, the ones the records of this cycle
+	// were released against among them (recorded at once in this mode).
+	state.Idle, _ = p.gaps.forCommit(minNext(cps))
 	if p.cs != nil {
 		evict := EvictBefore(unixTime(cps[len(cps)-1].Watermark))
 		pc, err := p.cs.PrepareCheckpoint(cps, evict)

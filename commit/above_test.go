@@ -102,11 +102,19 @@ func TestMaxAboveSpanAlwaysFits(t *testing.T) {
 			above = append(above, next+int64(span)-1)
 			cps[i] = Checkpoint{Stage: strings.Repeat("s", 300) + string(rune('a'+i)), Next: next, Watermark: math.MinInt64, Above: slices.Compact(above)}
 		}
-		md, err := EncodeState(0, State{Stages: cps, Changelog: math.MaxInt64})
+		// And the idle releases the metadata keeps room for, as long as
+		// they can be written.
+		var idle []IdleRelease
+		for k := range IdleReleaseCap(n) {
+			idle = append(idle, IdleRelease{Stage: cps[n-1].Stage, After: 48e17 + int64(k), LeaderNext: math.MaxInt64, LeaderWatermark: math.MinInt64})
+		}
+		md, err := EncodeState(0, State{Stages: cps, Changelog: math.MaxInt64, Idle: idle})
 		require.NoError(t, err, "%d stages, span %d", n, span)
 		assert.LessOrEqual(t, len(md), MaxMetadataLen)
 	}
-	assert.GreaterOrEqual(t, MaxAboveSpan(3), 1700, "three stages carry ~1,776 offsets")
+	assert.Equal(t, 1400, MaxAboveSpan(3), "three stages carry 1,400 offsets next to 4 idle releases")
+	assert.Equal(t, MaxIdleReleases, IdleReleaseCap(27))
+	assert.Less(t, IdleReleaseCap(28), MaxIdleReleases)
 	assert.Zero(t, MaxAboveSpan(MaxStages+1))
 }
 

@@ -14,12 +14,14 @@ import (
 //	version 1  "dfl1:" hash ":" stages
 //	version 2  "dfl2:" hash ":" stages ";c" changelog
 //	version 3  "dfl3:" hash ":" stages [ ";c" changelog ] 1*( ";a" index "=" set )
+//	version 4  "dfl4:" hash ":" stages [ ";c" changelog ] *( ";a" index "=" set ) 1*( ";i" release )
 //
-// The three share the header and the stage entries; a version is which
+// The four share the header and the stage entries; a version is which
 // sections may follow them. The encoder writes the lowest version that can
 // carry the state, so a chain with neither a changelog nor offsets above its
 // positions writes version 1 and one with a changelog but no such offsets
-// writes version 2, byte for byte as before version 3 existed. The decoder
+// writes version 2, byte for byte as before version 3 existed; version 4 is
+// written only when the state carries idle releases. The decoder
 // accepts exactly the strings the encoder writes: it parses, then encodes
 // what it parsed and compares.
 
@@ -27,6 +29,7 @@ const (
 	metadataV1 = "dfl1:"
 	metadataV2 = "dfl2:"
 	metadataV3 = "dfl3:"
+	metadataV4 = "dfl4:"
 	// tagLen is the length of every version tag.
 	tagLen  = len(metadataV1)
 	hashLen = 8
@@ -65,13 +68,14 @@ const (
 // fit in: when every stage's Above lies within [Next, Next+span), the
 // metadata of any positions, watermarks and changelog offset fits in
 // MaxMetadataLen (the bitmap of a set is at most ceil(span/8) bytes,
-// base64). A stage must not begin an offset above its position + span
-// (Tracker.SetSpan). It returns 0 when stages is out of range.
+// base64), next to IdleReleaseCap(stages) idle releases. A stage must not
+// begin an offset above its position + span (Tracker.SetSpan). It returns
+// 0 when stages is out of range.
 func MaxAboveSpan(stages int) int {
 	if stages <= 0 || stages > MaxStages {
 		return 0
 	}
-	fixed := tagLen + hashLen + 1 + stages*maxStageLen - 1 + maxChangelogLen
+	fixed := tagLen + hashLen + 1 + stages*maxStageLen - 1 + maxChangelogLen + IdleReleaseCap(stages)*maxIdleLen
 	per := (MaxMetadataLen-fixed)/stages - aboveOverhead
 	if per <= 0 {
 		return 0
@@ -92,9 +96,12 @@ func EncodeMetadata(offset int64, cps []Checkpoint) (string, error) {
 
 // EncodeState encodes st into the metadata committed next to offset, in the
 // lowest version that carries it: 1 without a changelog offset or offsets
-// above the positions, 2 with a changelog offset only, 3 with offsets above
-// (see the package doc). Errors as EncodeMetadata, and ErrInvalidCheckpoint
-// for a changelog offset below NoChangelog.
+// above the positions, 2 with a changelog offset only, 3 with offsets above,
+// 4 with idle releases (see the package doc). Errors as EncodeMetadata, and
+// ErrInvalidCheckpoint for a changelog offset below NoChangelog or idle
+// releases that are not increasing from offset (each with a leader
+// position past it and a stage of the list), ErrMetadataTooLarge for more
+// of them than IdleReleaseCap.
 func EncodeState(offset int64, st State) (string, error) {
 	cps := st.Stages
 	switch {
@@ -113,9 +120,14 @@ func EncodeState(offset int64, st State) (string, error) {
 				ErrInvalidCheckpoint, cp.Stage, cp.Next)
 		}
 	}
+	if err := validIdle(offset, cps, st.Idle); err != nil {
+		return "", err
+	}
 	above := hasAbove(cps)
 	tag := metadataV1
 	switch {
+	case len(st.Idle) > 0:
+		tag = metadataV4
 	case above:
 		tag = metadataV3
 	case st.Changelog != NoChangelog:
@@ -149,6 +161,9 @@ func EncodeState(offset int64, st State) (string, error) {
 		buf = append(buf, '=')
 		buf = appendAbove(buf, cp.Next, cp.Above)
 	}
+	for _, r := range st.Idle {
+		buf = appendIdle(buf, offset, cps, r)
+	}
 
 	if len(buf) > MaxMetadataLen {
 		what := ""
@@ -170,7 +185,8 @@ func DecodeMetadata(md string, offset int64, stages []string) (cps []Checkpoint,
 }
 
 // DecodeState decodes metadata of any version EncodeState writes, for these
-// stages next to offset; version 1 decodes with Changelog = NoChangelog. ok
+// stages next to offset; version 1 decodes with Changelog = NoChangelog,
+// versions 1 to 3 with no idle releases. ok
 // is false — never a panic, never an error — when md is empty, written by
 // another program, of an unknown version, garbled, for a different stage
 // list or offset, or not in canonical form; the caller then starts every
@@ -180,7 +196,7 @@ func DecodeState(md string, offset int64, stages []string) (st State, ok bool) {
 		return State{}, false
 	}
 	tag, rest := md[:tagLen], md[tagLen:]
-	if tag != metadataV1 && tag != metadataV2 && tag != metadataV3 {
+	if tag != metadataV1 && tag != metadataV2 && tag != metadataV3 && tag != metadataV4 {
 		return State{}, false
 	}
 
@@ -241,6 +257,23 @@ func DecodeState(md string, offset int64, stages []string) (st State, ok bool) {
 			if !decodeAboveSection(p, st.Stages) {
 				return State{}, false
 			}
+		}
+	case metadataV4:
+		for len(parts) > 0 && strings.HasPrefix(parts[0], "a") {
+			if !decodeAboveSection(parts[0], st.Stages) {
+				return State{}, false
+			}
+			parts = parts[1:]
+		}
+		if len(parts) == 0 {
+			return State{}, false // version 4 carries at least one idle release
+		}
+		for _, p := range parts {
+			r, ok := decodeIdleSection(p, offset, st.Stages)
+			if !ok {
+				return State{}, false
+			}
+			st.Idle = append(st.Idle, r)
 		}
 	}
 

@@ -33,6 +33,14 @@ type fixture struct {
 	OK          bool           `json:"ok"`
 	Checkpoints []fixtureStage `json:"checkpoints,omitempty"`
 	Changelog   int64          `json:"changelog,omitempty"`
+	Idle        []fixtureIdle  `json:"idle,omitempty"`
+}
+
+type fixtureIdle struct {
+	Stage           string `json:"stage"`
+	After           int64  `json:"after"`
+	LeaderNext      int64  `json:"leader_next"`
+	LeaderWatermark int64  `json:"leader_watermark,omitempty"`
 }
 
 type fixtureStage struct {
@@ -46,6 +54,9 @@ func (f fixture) state() State {
 	for i, s := range f.Checkpoints {
 		st.Stages = append(st.Stages, Checkpoint{Stage: f.Stages[i], Next: s.Next, Watermark: s.Watermark, Above: s.Above})
 	}
+	for _, r := range f.Idle {
+		st.Idle = append(st.Idle, IdleRelease(r))
+	}
 	return st
 }
 
@@ -58,11 +69,14 @@ func newFixture(md string, offset int64, stages []string) fixture {
 		for _, cp := range st.Stages {
 			f.Checkpoints = append(f.Checkpoints, fixtureStage{Next: cp.Next, Watermark: cp.Watermark, Above: cp.Above})
 		}
+		for _, r := range st.Idle {
+			f.Idle = append(f.Idle, fixtureIdle(r))
+		}
 	}
 	return f
 }
 
-var fixtureFiles = []string{"v1.jsonl", "v2.jsonl", "v3.jsonl", "near.jsonl"}
+var fixtureFiles = []string{"v1.jsonl", "v2.jsonl", "v3.jsonl", "v4.jsonl", "near.jsonl"}
 
 // TestMetadataTestdata decodes every string in testdata/ and re-encodes
 // every state that decodes: both must give what the file records.
@@ -90,7 +104,7 @@ func TestMetadataTestdata(t *testing.T) {
 				cps, ok := DecodeMetadata(f.Metadata, f.Offset, f.Stages)
 				require.True(t, ok, "line %d", i+1)
 				require.Equal(t, want.Stages, cps, "line %d", i+1)
-				if want.Changelog == NoChangelog {
+				if want.Changelog == NoChangelog && len(want.Idle) == 0 {
 					md, err := EncodeMetadata(f.Offset, want.Stages)
 					require.NoError(t, err, "line %d", i+1)
 					require.Equal(t, f.Metadata, md, "line %d: EncodeMetadata", i+1)
@@ -157,7 +171,10 @@ func fixtureStates(v int) (offsets []int64, states []State) {
 	}
 	for _, e := range edges {
 		st := State{Stages: e.cps, Changelog: changelog()}
-		if v == 3 {
+		if v == 4 {
+			st.Idle = edgeIdle(e.offset, st.Stages)
+		}
+		if v == 3 || v == 4 && e.offset%2 == 1 {
 			st.Stages[0].Above = []int64{st.Stages[0].Next + 1}
 			if last := len(st.Stages) - 1; last > 0 {
 				st.Stages[last].Above = []int64{st.Stages[last].Next}
@@ -170,6 +187,9 @@ func fixtureStates(v int) (offsets []int64, states []State) {
 	}
 	for k := range 80 {
 		n := 1 + r.IntN(MaxStages)
+		if v == 4 {
+			n = 1 + r.IntN(27)
+		}
 		if v == 3 {
 			n = 1 + r.IntN(6)
 		}
@@ -183,9 +203,9 @@ func fixtureStates(v int) (offsets []int64, states []State) {
 		}
 		// A few sets as wide as any can be; the others short, to keep the
 		// files small.
-		span := min(MaxAboveSpan(n), 8<<r.IntN(4))
+		span := min(fixtureSpan(v, n), 8<<r.IntN(4))
 		if k%20 == 0 {
-			span = MaxAboveSpan(n)
+			span = fixtureSpan(v, n)
 		}
 		st := State{Changelog: changelog()}
 		for _, s := range stages {
@@ -193,7 +213,7 @@ func fixtureStates(v int) (offsets []int64, states []State) {
 			if r.IntN(4) != 0 {
 				cp.Watermark = int64(r.Uint64()) >> r.IntN(64)
 			}
-			if v == 3 && r.IntN(2) == 0 {
+			if (v == 3 || v == 4 && n <= 6) && r.IntN(2) == 0 {
 				cp.Above = randAbove(r, cp.Next, span)
 			}
 			st.Stages = append(st.Stages, cp)
@@ -210,9 +230,64 @@ func fixtureStates(v int) (offsets []int64, states []State) {
 				st.Stages[i].Above = nil
 			}
 		}
+		if v == 4 {
+			st.Idle = randIdle(r, offset, st.Stages)
+		}
 		add(offset, st)
 	}
 	return offsets, states
+}
+
+// fixtureSpan is the widest above set of the fixtures of version v for n
+// stages: MaxAboveSpan, and for the files written before version 4 the
+// span it had then (without room for idle releases), so that they are
+// written again byte for byte.
+func fixtureSpan(v, n int) int {
+	if v >= 4 {
+		return MaxAboveSpan(n)
+	}
+	fixed := tagLen + hashLen + 1 + n*maxStageLen - 1 + maxChangelogLen
+	per := (MaxMetadataLen-fixed)/n - aboveOverhead
+	if per <= 0 {
+		return 0
+	}
+	return per * 3 / 4 * 8
+}
+
+// edgeIdle is an edge case's idle releases: one per stage after the
+// first, up to IdleReleaseCap, at and just above the committed offset,
+// with a leader just past it or far ahead.
+func edgeIdle(offset int64, cps []Checkpoint) []IdleRelease {
+	var rs []IdleRelease
+	for i := 1; i < len(cps) && len(rs) < IdleReleaseCap(len(cps)); i++ {
+		r := IdleRelease{Stage: cps[i].Stage, After: offset + int64(i-1), LeaderNext: offset + int64(i)}
+		if i == 2 {
+			r.LeaderNext, r.LeaderWatermark = offset+1<<40, -1
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		rs = append(rs, IdleRelease{Stage: cps[0].Stage, After: offset, LeaderNext: offset + 1, LeaderWatermark: 1795946400000000000})
+	}
+	return rs
+}
+
+// randIdle returns 1 to IdleReleaseCap idle releases above offset.
+func randIdle(r *rand.Rand, offset int64, cps []Checkpoint) []IdleRelease {
+	n := 1 + r.IntN(IdleReleaseCap(len(cps)))
+	rs := make([]IdleRelease, n)
+	after := offset
+	for k := range rs {
+		after += r.Int64N(1<<30) >> r.IntN(30)
+		if k > 0 {
+			after++
+		}
+		rs[k] = IdleRelease{Stage: cps[r.IntN(len(cps))].Stage, After: after, LeaderNext: after + 1 + r.Int64N(1<<20)>>r.IntN(20)}
+		if r.IntN(4) != 0 {
+			rs[k].LeaderWatermark = int64(r.Uint64()) >> r.IntN(64)
+		}
+	}
+	return rs
 }
 
 // near returns strings one edit away from md.
@@ -237,13 +312,16 @@ func near(r *rand.Rand, md string) []string {
 		}
 	}
 	out = append(out, md[:r.IntN(len(md))], md+";c1", md+";a0=r0")
+	if strings.HasPrefix(md, "dfl4:") {
+		out = append(out, md+";i0=0.0", strings.Replace(md, ";i", ";a0=r0;i", 1))
+	}
 	return out
 }
 
 func writeFixtures(t *testing.T) {
 	r := rand.New(rand.NewPCG(29, 0))
 	var nearBy []fixture
-	for v := 1; v <= 3; v++ {
+	for v := 1; v <= 4; v++ {
 		var lines []fixture
 		offsets, states := fixtureStates(v)
 		for i, st := range states {

@@ -115,12 +115,28 @@
 // the shorter of the two is written (runs on a tie). A set is never
 // truncated: [MaxAboveSpan] is the span from the position within which
 // every stage's set always fits, and a stage must not begin an offset
-// further above its position ([Tracker.SetSpan]; ≈1,776 offsets for 3
-// stages; 0 above 26 stages, whose chains cannot carry sets).
+// further above its position ([Tracker.SetSpan]; 1,400 offsets for 3
+// stages; 0 from 22 stages on, whose chains cannot carry sets).
 //
-// Compatibility promise: a "dfl1:", "dfl2:" or "dfl3:" string is never reinterpreted. A change of
+// Version 4 adds the idle releases the chain decided at the live tail from
+// its own clock, which a replay could not derive from the log ([IdleRelease];
+// DESIGN.md "Recorded idle releases"). It is written only when the state
+// carries some; otherwise versions 1 to 3 are written byte for byte as
+// before.
+//
+//	metadata4 = %s"dfl4:" hash ":" stage *( "," stage ) [ ";c" b36 ] *above 1*idle
+//	idle      = ";i" b36 "=" b36 "." b36 [ "." watermark ]
+//	            ; follower stage index, After − committed offset,
+//	            ; LeaderNext − After − 1, the leader's watermark
+//
+// The releases are in increasing After, each at or above the committed
+// offset; at most [IdleReleaseCap] of them ([MaxIdleReleases] = 4 up to 27
+// stages), and [MaxAboveSpan] keeps their room free of above sets, so the
+// metadata still never exceeds [MaxMetadataLen].
+//
+// Compatibility promise: a "dfl1:", "dfl2:", "dfl3:" or "dfl4:" string is never reinterpreted. A change of
 // format gets a new version tag, and later versions of this package keep
-// decoding versions 1, 2 and 3. Anything the decoder does not accept — empty metadata,
+// decoding versions 1 to 4. Anything the decoder does not accept — empty metadata,
 // metadata written by another program, an unknown version, a garbled string,
 // a different stage list or offset — decodes as ok=false, never as an error or
 // a panic; the caller then starts every stage at the committed offset, which

@@ -28,6 +28,11 @@ type State struct {
 	Stages []Checkpoint
 	// Changelog is the changelog offset, or NoChangelog.
 	Changelog int64
+	// Idle lists the idle releases decided at the live tail that a replay
+	// could not derive from the log (IdleRelease), After increasing, each
+	// at or above the committed offset; nil when none. Metadata carrying
+	// any is version 4.
+	Idle []IdleRelease
 }
 
 // NoChangelog is State.Changelog of a chain without a changelog (and of

@@ -64,7 +64,7 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"config invalid setting", []string{"run", "--config", writeConfig(t, "brokers: a:1\nlateness: -1s\n")}, "--lateness must be >= 0, got -1s"},
 		{"config names itself", []string{"run", "--config", writeConfig(t, "config: other.yaml\n")}, `unknown key "config"`},
 		{"bad guarantee", []string{"run", b, "--guarantee", "at-most-once"}, `invalid value "at-most-once" for flag --guarantee: must be one of exactly-once, at-least-once`},
-		{"bad metadata version", []string{"run", b, "--metadata-version", "1"}, `invalid value "1" for flag --metadata-version: must be one of 2, 3`},
+		{"bad metadata version", []string{"run", b, "--metadata-version", "1"}, `invalid value "1" for flag --metadata-version: must be one of 2, 3, 4`},
 		{"exactly-once without changelog", []string{"run", b, "--guarantee", "exactly-once", "--changelog=false"}, "--guarantee exactly-once needs --changelog"},
 		{"transaction timeout", []string{"run", b, "--guarantee", "exactly-once", "--transaction-timeout", "1s", "--commit-interval", "2s"}, "--transaction-timeout (1s) must exceed --commit-interval (2s)"},
 		{"transactional id at-least-once", []string{"run", b, "--transactional-id", "x"}, "--transactional-id is for --guarantee exactly-once"},

@@ -60,10 +60,14 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		defer closeLogged(log, "changelog", cl)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
 	}
-	if o.metaVersion == "2" {
+	switch o.metaVersion {
+	case "2":
 		// Rolling-upgrade compatibility: write nothing a binary before
 		// dfl3 would take for another application's metadata.
 		h.chainOptions = append(h.chainOptions, chain.WithoutCarriedOffsets())
+	case "3":
+		// Nothing a binary before dfl4 would not read.
+		h.chainOptions = append(h.chainOptions, chain.WithoutRecordedIdleReleases())
 	}
 	var prod chain.Producer
 	if o.exactlyOnce() {

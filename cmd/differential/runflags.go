@@ -27,7 +27,7 @@ type runOptions struct {
 	changelog      bool
 	changelogTopic string
 	guarantee      string
-	metaVersion    string // --metadata-version: "3" (default) or "2" (rolling-upgrade compatibility)
+	metaVersion    string // --metadata-version: "4" (default), "3" or "2" (rolling-upgrade compatibility)
 	txnTimeout     time.Duration
 	txnID          string
 	assignor       string
@@ -71,7 +71,7 @@ func defaultRunOptions() runOptions {
 
 		topic: "events", group: "differential-attribution",
 		stateDir: "differential-state", stateCache: store.DefaultStateCacheBytes, changelog: true, assignor: assignorSticky,
-		guarantee: defaultGuarantee, metaVersion: "3", txnTimeout: kafka.DefaultTransactionTimeout,
+		guarantee: defaultGuarantee, metaVersion: "4", txnTimeout: kafka.DefaultTransactionTimeout,
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
@@ -102,7 +102,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
 	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: each commit interval is one Kafka transaction; read_committed readers see every output once, ever)")
-	fs.Var(enumValue{&o.metaVersion, []string{"2", "3"}}, "metadata-version", "newest commit metadata `version` to write: 3 (dfl3: at-least-once checkpoints carry the offsets completed above each position) or 2 (no dfl3: what binaries before dfl3 read; keeps the key gate's admission step). Use 2 while a group rolls from or back to a version before dfl3 (README \"Upgrading to, and downgrading from, the dfl3: metadata\")")
+	fs.Var(enumValue{&o.metaVersion, []string{"2", "3", "4"}}, "metadata-version", "newest commit metadata `version` to write: 4 (dfl4: the idle releases decided at the live tail are recorded), 3 (no dfl4: what binaries before dfl4 read; at-least-once checkpoints carry the offsets completed above each position) or 2 (no dfl3: what binaries before dfl3 read; keeps the key gate's admission step). Use the version the oldest binary in a rolling group reads (docs/operations.md \"Upgrades\")")
 	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below the group session timeout (10s)")
 	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<instance id kept in --state-dir>); two live processes must never share one")
 	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")

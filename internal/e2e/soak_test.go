@@ -118,7 +118,7 @@ func watchMetadata(t *testing.T, f *fleet) *metaWatch {
 				}
 				w.samples++
 				w.last[p] = blk.Metadata
-				if !strings.HasPrefix(blk.Metadata, "dfl3:") {
+				if !beyondV2(blk.Metadata) {
 					continue
 				}
 				w.v3++
@@ -147,7 +147,7 @@ func (w *metaWatch) String() string {
 	defer w.mu.Unlock()
 	n := 0
 	for _, md := range w.last {
-		if strings.HasPrefix(md, "dfl3:") {
+		if beyondV2(md) {
 			n++
 		}
 	}
@@ -178,7 +178,7 @@ func committedV3(t *testing.T, f *fleet) (v3, above int) {
 	names := stageNames(f.cfg)
 	for _, p := range ps {
 		blk := off.GetBlock(f.in, p)
-		if blk == nil || !strings.HasPrefix(blk.Metadata, "dfl3:") {
+		if blk == nil || !beyondV2(blk.Metadata) {
 			continue
 		}
 		v3++
@@ -420,4 +420,11 @@ func TestSoakMixedFleet(t *testing.T) {
 	t.Logf("outputs %d distinct of %d, mismatched %d, unexpected %d, repeated %d identical %d conflicting",
 		o.Distinct(), o.Want, o.Mismatched, o.Unexpected, o.IdenticalDuplicates, o.ConflictingDuplicates)
 	require.True(t, r.OK(), r.Summary())
+}
+
+// beyondV2 reports whether md is of a version a binary before dfl3 cannot
+// read: dfl3 (offsets carried above the positions) or dfl4 (recorded idle
+// releases, and perhaps carried offsets too).
+func beyondV2(md string) bool {
+	return strings.HasPrefix(md, "dfl3:") || strings.HasPrefix(md, "dfl4:")
 }
