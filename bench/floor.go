@@ -34,7 +34,7 @@ type floorRule struct {
 	// processes the record, up to q(t+Lateness). Not a rule of DESIGN.md "The key-scoped gate".
 	// At-least-once chains do not have it (they carry the
 	// offsets completed above each position instead); exactly-once mode and
-	// chain.WithAdmissionStep keep it. The bench reports it to show what
+	// chain.WithoutCarriedOffsets keep it. The bench reports it to show what
 	// the step cost, never as the floor.
 	admission bool
 	distance  int64 // OffsetDistance

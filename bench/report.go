@@ -266,7 +266,7 @@ type Comparison struct {
 	// order, each once its leader has begun everything up to
 	// q(t+Lateness)). At-least-once chains do not have it (they
 	// carry the offsets completed above each position instead); exactly-once
-	// mode and chain.WithAdmissionStep keep it. Not a rule of DESIGN.md "The key-scoped gate": it
+	// mode and chain.WithoutCarriedOffsets keep it. Not a rule of DESIGN.md "The key-scoped gate": it
 	// tells what that choice costs, never the target's floor.
 	AdmissionFloorP50ms *float64 `json:"admission_floor_p50_ms,omitempty"`
 	AdmissionFloorP99ms *float64 `json:"admission_floor_p99_ms,omitempty"`
