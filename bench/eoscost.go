@@ -163,7 +163,7 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 	gate, note := eosGate(h.cfg, h.o.Gate, pt.workers)
 	cr := &CostResult{Gate: string(gate), GateNote: note}
 	wr := &WorkloadResult{Workload: pt.name, Partitions: pt.wc.Partitions, Workers: pt.workers, Gate: string(gate),
-		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), CostWait: h.o.CostWait, EOSCost: cr}
+		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), EOSCost: cr}
 	h.progressf("workload %s P=%d W=%d, exactly-once cost (gate %s): %s (generated in %v)", pt.name, pt.wc.Partitions, pt.workers, gate, pr.st, time.Since(t0).Round(time.Millisecond))
 	if note != "" {
 		h.progressf("  %s: both guarantees use the %s gate", note, gate)

@@ -32,7 +32,6 @@ type Report struct {
 	IdleTimeout       string           `json:"-"`
 	LatencyLoad       float64          `json:"-"`
 	Repeats           int              `json:"-"`
-	CostWait          string           `json:"-"` // Options.CostWait
 	Workloads         []WorkloadResult `json:"-"`
 	Targets           []Target         `json:"-"`
 	// EOSCost: the run measured the exactly-once cost table
@@ -58,9 +57,6 @@ type WorkloadResult struct {
 	// (Options.Duration); CommitInterval the chain's (Options.CommitInterval).
 	DurationS      float64 `json:"duration_s"`
 	CommitInterval string  `json:"commit_interval"`
-	// CostWait is how every design's simulated costs waited
-	// (Options.CostWait: "kick" or "timer").
-	CostWait string `json:"cost_wait"`
 
 	// Chain is the headline chain's run (the first of ChainVariants when
 	// there are several: gate scope, delivery guarantee, ...).

@@ -35,11 +35,6 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	if o.CostWait == CostWaitKick {
-		if err := kickReady(); err != nil {
-			return Report{}, fmt.Errorf("bench: %w", err)
-		}
-	}
 	for _, path := range []string{o.JSONPath, o.SVGPath} {
 		if err := CheckWritable(path); err != nil {
 			return Report{}, err
@@ -57,7 +52,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		Duration: o.Duration.Seconds(), CommitInterval: o.CommitInterval.String(),
 		BatchSize: o.BatchSize, BatchLinger: o.BatchLinger.String(), SweepBatchSizes: o.SweepBatchSizes,
 		BufferSize: o.BufferSize, PollingBufferSize: o.PollingBufferSize, IdleTimeout: o.IdleTimeout.String(),
-		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records, CostWait: o.CostWait,
+		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records,
 	}
 	if len(o.Brokers) > 0 {
 		rep.Broker = fmt.Sprint(o.Brokers)
@@ -80,13 +75,6 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 	rep.Targets = targets(rep.Workloads)
-	if o.CostWait == CostWaitKick {
-		if err := kickArmError(); err != nil {
-			// The timers still fired, late: the overshoot shows it.
-			h.progressf("cost waits: the kick's timerfd failed (%v); the timers waited without it", err)
-		}
-		h.progressf("cost waits: %s", kickStats())
-	}
 	if err := rep.write(o.JSONPath, o.SVGPath); err != nil {
 		return rep, err
 	}
@@ -202,7 +190,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	pr := h.newPointRun(pt)
 	defer pr.close()
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
-		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String(), CostWait: h.o.CostWait}
+		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
 
 	// The chain first, each variant a row (the first is the headline's):
@@ -1199,7 +1187,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.acks = &ackLog{}
 		ap.log = d.acks
 	}
-	lim := newLimiter(W, o.CostWait)
+	lim := newLimiter(W)
 	d.lim = lim
 	cfg := h.cfg
 	if s.cfg != nil {

@@ -41,7 +41,7 @@ func ownProcess(d *DesignResult) string {
 // WriteTable prints the report as text tables.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s, cost waits %s (every design)\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store, r.CostWait)
+	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s, costs wait on Go timers (every design; column wait +%%: how much longer than asked)\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store)
 	if r.EOSCost {
 		r.writeCost(&b)
 		r.writeTargets(&b)

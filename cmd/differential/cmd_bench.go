@@ -44,7 +44,6 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.Workers, "workers", 0, "cap W on records in processing at once, both designs (default 64)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "workload seed (default 1)")
 	fs.Var(durationValue{&o.CostMedian}, "cost-median", "median simulated per-record cost of A and C, a `duration` (default 1ms)")
-	fs.StringVar(&o.CostWait, "cost-wait", "", "how every design's simulated costs wait: kick (a Go timer woken on time by a shared Linux timerfd; the idle runtime's poller sleeps in whole milliseconds) or timer (the Go timer alone) (default "+bench.DefaultCostWait+")")
 	fs.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, about a minute)")
 	fs.BoolVar(&o.FullGrid, "full-grid", false, "run workload C over all nine partitions × workers points, not only P = W")
 	fs.IntVar(&o.Repeats, "repeats", 0, "runs of the chain and both baselines, alternating; the median is reported (default 1)")
@@ -135,11 +134,6 @@ func checkBenchOptions(o *bench.Options) error {
 		return usagef("--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)
 	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
 		return usagef("--store must be pebble or memory, got %q", o.Store)
-	case o.CostWait != "" && !slices.Contains(bench.CostWaits, o.CostWait):
-		if o.CostWait == bench.CostWaitKick {
-			return usagef("--cost-wait kick needs Linux's timerfd; use --cost-wait timer on this platform")
-		}
-		return usagef("--cost-wait must be %s, got %q", strings.Join(bench.CostWaits, " or "), o.CostWait)
 	}
 	// The report's files: their folders are created (a fresh clone has no
 	// bench/results) and checked writable before minutes of measuring.
