@@ -241,7 +241,7 @@ func (h *harness) costLatency(ctx context.Context, pr *pointRun, v *chainVariant
 		return nil, err
 	}
 	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-		Checkpoints: r.Syncs, Commits: r.Commits, latencies: r.latencies}, err
+		Checkpoints: r.Syncs, Commits: r.Commits}, err
 }
 
 // costWiring builds a cost-table run's delivery: a changelog (both

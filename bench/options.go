@@ -60,11 +60,9 @@ type Options struct {
 	// median throughput is reported. The sweep runs each size once.
 	// Default 1.
 	Repeats int
-	// JSONPath and SVGPath, when set, receive the JSON report and the SVG
-	// charts. Their folders are created, and checked writable, before the
-	// run starts.
+	// JSONPath, when set, receives the JSON report. Its folder is created,
+	// and checked writable, before the run starts.
 	JSONPath string
-	SVGPath  string
 
 	// BatchSize is the micro-batch baseline's poll size in records, across
 	// all partitions. Default 500 (Kafka's max.poll.records default).
@@ -377,9 +375,6 @@ func (o Options) validateCost() []error {
 			errs = append(errs, errors.New("bench: Guarantees and CommitIntervals are for the exactly-once cost table (EOSCost)"))
 		}
 		return errs
-	}
-	if o.SVGPath != "" {
-		errs = append(errs, errors.New("bench: the exactly-once cost table draws no charts: drop SVGPath (the JSON has every cell)"))
 	}
 	for _, w := range o.Workloads {
 		if w == "C" {

@@ -205,10 +205,8 @@ type DesignResult struct {
 	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
 	LatencyOutputs             int      `json:"-"`
 
-	series    []seriesPoint
-	latencies []time.Duration
-	txn       *TxnStats // the cost table's runs (CostCell.Txn)
-	excess    string    // floorExcess, for the progress line
+	txn    *TxnStats // the cost table's runs (CostCell.Txn)
+	excess string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.
@@ -225,8 +223,6 @@ type LatencyResult struct {
 	Checkpoints int          `json:"checkpoint_syncs"`
 	Commits     int          `json:"commits"`
 	Correctness *Correctness `json:"correctness,omitempty"`
-
-	latencies []time.Duration
 }
 
 // Comparison is the chain against one baseline: throughput (each design on
@@ -295,11 +291,6 @@ type Limit struct {
 	// against a key-parallel micro-batch of any batch size.
 	MaxWin         float64 `json:"max_win"`
 	MaxWinAnyBatch float64 `json:"max_win_any_batch"`
-}
-
-type seriesPoint struct {
-	t    float64 // seconds since the first record was consumed
-	done int64
 }
 
 func (w *WorkloadResult) design(k kind) *DesignResult {
@@ -565,18 +556,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(ws)
 }
 
-func (r *Report) write(jsonPath, svgPath string) error {
-	if jsonPath != "" {
-		if err := writeFile(jsonPath, r.WriteJSON); err != nil {
-			return err
-		}
+func (r *Report) write(jsonPath string) error {
+	if jsonPath == "" {
+		return nil
 	}
-	if svgPath != "" {
-		if err := writeFile(svgPath, r.WriteSVG); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeFile(jsonPath, r.WriteJSON)
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

@@ -35,10 +35,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	for _, path := range []string{o.JSONPath, o.SVGPath} {
-		if err := CheckWritable(path); err != nil {
-			return Report{}, err
-		}
+	if err := CheckWritable(o.JSONPath); err != nil {
+		return Report{}, err
 	}
 	c, err := openBroker(o.Brokers)
 	if err != nil {
@@ -75,7 +73,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 	rep.Targets = targets(rep.Workloads)
-	if err := rep.write(o.JSONPath, o.SVGPath); err != nil {
+	if err := rep.write(o.JSONPath); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -84,8 +82,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 // CheckWritable creates path's folder and checks that a file can be
 // created in it, so that a run does not fail at its end for want of a
 // folder (a fresh clone has no bench/results: it is git-ignored). Run
-// calls it for JSONPath and SVGPath before measuring; the CLI calls it
-// first, to report a bad --json or --svg as a usage error. Empty: nil.
+// calls it for JSONPath before measuring; the CLI calls it first, to
+// report a bad --json as a usage error. Empty: nil.
 func CheckWritable(path string) error {
 	if path == "" {
 		return nil
@@ -642,7 +640,7 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		}
 		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
 			Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-			Checkpoints: r.Syncs, Commits: r.Commits, latencies: r.latencies}
+			Checkpoints: r.Syncs, Commits: r.Commits}
 		if k == kindChain {
 			cmp.Chain = l
 			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
@@ -811,7 +809,7 @@ func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Tim
 	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
 		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
 	r.cpu0 = cpuTime()
-	r.smp = startSampler(d.prog)
+	r.smp = startSampler()
 	go func() { r.errc <- d.run(runCtx) }()
 	return r
 }
@@ -944,12 +942,6 @@ func (r *running) result() *DesignResult {
 			res.SlotsIdle = float64(d.lim.idle.Load()) / float64(el)
 		}
 	}
-	first := d.prog.first.Load()
-	for _, sm := range r.smp.samples {
-		if sm.at >= first {
-			res.series = append(res.series, seriesPoint{t: time.Duration(sm.at - first).Seconds(), done: sm.done})
-		}
-	}
 	return res
 }
 
@@ -1009,7 +1001,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 	from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
 	acks := r.d.acks.acks
 	lat := latencies(acks, f, from, to)
-	res.latencies = lat
 	res.LatencyOutputs = len(lat)
 	if len(lat) > 0 {
 		p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
