@@ -104,15 +104,6 @@ type WorkloadResult struct {
 	// embedded broker's not included) or CeilingInProcess (in the
 	// harness's process, beside its stream, model and embedded broker).
 	CeilingMethod string `json:"ceiling_method,omitempty"`
-	// With CeilingChildProcess, the same pairs are also run in the
-	// harness's process after the children's, for comparison: these are
-	// those runs, as Raw, NoopChain, NoopRawPairs, NoopRawBalanced and
-	// RatioNoopRaw are the children's.
-	RawInProcess             *DesignResult `json:"raw_in_process,omitempty"`
-	NoopChainInProcess       *DesignResult `json:"noop_chain_in_process,omitempty"`
-	NoopRawPairsInProcess    []float64     `json:"noop_raw_pairs_in_process,omitempty"`
-	NoopRawBalancedInProcess []float64     `json:"noop_raw_balanced_in_process,omitempty"`
-	RatioNoopRawInProcess    *float64      `json:"ratio_noop_raw_in_process,omitempty"`
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
@@ -382,9 +373,6 @@ func (w *WorkloadResult) ratios() {
 	} else if w.NoopChain != nil && w.Raw != nil {
 		w.RatioNoopRaw = ratio(w.NoopChain.ThroughputRPS, w.Raw.ThroughputRPS)
 	}
-	if len(w.NoopRawPairsInProcess) > 0 {
-		w.NoopRawBalancedInProcess, w.RatioNoopRawInProcess = ceilingRatio(w.NoopRawPairsInProcess)
-	}
 	if w.Chain == nil {
 		return
 	}
@@ -534,9 +522,6 @@ func targets(ws []WorkloadResult) []Target {
 					ts[len(ts)-1].Note = "each pass in a child process of its own"
 				case CeilingInProcess:
 					ts[len(ts)-1].Note = "each pass in the harness process"
-				}
-				if q := w.RatioNoopRawInProcess; q != nil {
-					ts[len(ts)-1].Note += fmt.Sprintf("; %.2f in the harness process", *q)
 				}
 			}
 			add("B: polling fallback ÷ buffered chain ≥", 0.7, w.RatioPolling, steady && w.PollingChain != nil && w.PollingChain.Steady)

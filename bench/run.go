@@ -480,10 +480,8 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // rule is for the designs.
 //
 // With Options.CeilingCommand every pass runs in a fresh child process
-// (measureChild: the design's own heap only, as a deployed consumer), and
-// then the same pairs run in this process, reported beside them for
-// comparison (WorkloadResult.NoopRawPairsInProcess); without it the passes
-// run in this process only. The figure is the median of the balanced
+// (measureChild: the design's own heap only, as a deployed consumer);
+// without it the passes run in this process. The figure is the median of the balanced
 // ratios (balancedRatios), not of the pairs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
@@ -504,63 +502,35 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		return err
 	}
 	wr.CeilingRecords = n
-	type method struct {
-		measure func(context.Context, runSpec) (*DesignResult, error)
-		runs    map[kind][]*DesignResult
-		pairs   []float64
-	}
-	methods := []*method{{measure: h.measure, runs: map[kind][]*DesignResult{}}}
+	measure := h.measure
 	wr.CeilingMethod = CeilingInProcess
 	if len(h.o.CeilingCommand) > 0 {
-		wr.CeilingMethod = CeilingChildProcess
-		methods = append([]*method{{measure: h.measureChild, runs: map[kind][]*DesignResult{}}}, methods...)
+		measure, wr.CeilingMethod = h.measureChild, CeilingChildProcess
 	}
-	// Every method's pairs in a block of their own: a child pass right
-	// after a pass in this process ran slower (its garbage still being
-	// swept and scavenged here, on the same two cores).
-	for j, m := range methods {
-		for i := range ceilingPairs {
-			// Each pair runs back to back, the order alternating, so a
-			// pair shares the machine's state of the moment (a
-			// neighbour's load) and each order runs as often
-			// (balancedRatios).
-			order := []kind{kindRaw, kindNoop}
-			if i%2 == 1 {
-				order = []kind{kindNoop, kindRaw}
+	runs := map[kind][]*DesignResult{}
+	for i := range ceilingPairs {
+		// Each pair runs back to back, the order alternating, so a pair
+		// shares the machine's state of the moment (a neighbour's load)
+		// and each order runs as often (balancedRatios).
+		order := []kind{kindRaw, kindNoop}
+		if i%2 == 1 {
+			order = []kind{kindNoop, kindRaw}
+		}
+		pair := map[kind]*DesignResult{}
+		for _, k := range order {
+			r, err := measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
+			if err != nil {
+				return err
 			}
-			pair := map[kind]*DesignResult{}
-			for _, k := range order {
-				r, err := m.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
-				if err != nil {
-					return err
-				}
-				r.Records = n
-				m.runs[k] = append(m.runs[k], r)
-				pair[k] = r
-			}
-			q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS)
-			if q != nil {
-				m.pairs = append(m.pairs, *q)
-			}
-			if q != nil && len(methods) > 1 {
-				where := "in child processes"
-				if j > 0 {
-					where = "in the harness process"
-				}
-				cpu := ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
-				if cpu == nil {
-					cpu = new(float64)
-				}
-				h.progressf("  pair %d %s: no-op ÷ raw %.2f (CPU seconds: no-op ÷ raw %.2f)", i+1, where, *q, *cpu)
-			}
+			r.Records = n
+			runs[k] = append(runs[k], r)
+			pair[k] = r
+		}
+		if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
+			wr.NoopRawPairs = append(wr.NoopRawPairs, *q)
 		}
 	}
-	m := methods[0]
-	wr.Raw, wr.NoopChain, wr.NoopRawPairs = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
-	if len(methods) > 1 {
-		m := methods[1]
-		wr.RawInProcess, wr.NoopChainInProcess, wr.NoopRawPairsInProcess = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
-	}
+	wr.Raw, wr.NoopChain = median(runs[kindRaw]), median(runs[kindNoop])
 	return nil
 }
 

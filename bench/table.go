@@ -219,13 +219,6 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 			b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
 		}
 	}
-	if wr.RatioNoopRawInProcess != nil {
-		fmt.Fprintf(b, "    the same pairs in the harness process, after the children's (not the figure): %.2f (balanced:%s; pairs:%s)", *wr.RatioNoopRawInProcess, pairList(wr.NoopRawBalancedInProcess), pairList(wr.NoopRawPairsInProcess))
-		if r, n := wr.RawInProcess, wr.NoopChainInProcess; r != nil && n != nil {
-			fmt.Fprintf(b, "; medians %.0f and %.0f rec/s, cpu %.2fs and %.2fs with the broker's", r.ThroughputRPS, n.ThroughputRPS, r.CPUs, n.CPUs)
-		}
-		b.WriteString("\n")
-	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
 	}

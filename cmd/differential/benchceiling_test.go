@@ -63,17 +63,15 @@ func TestBenchBinaryRunsCeilingsInChildProcesses(t *testing.T) {
 	require.Len(t, ws, 1)
 	w := ws[0]
 	require.JSONEq(t, `"child process"`, string(w["ceiling_method"]))
-	for _, k := range []string{"ratio_noop_raw", "ratio_noop_raw_in_process"} {
-		var r float64
-		require.NoError(t, json.Unmarshal(w[k], &r), k)
-		require.Positive(t, r, k)
-	}
-	for k, n := range map[string]int{"noop_raw_pairs": 10, "noop_raw_pairs_in_process": 10, "noop_raw_balanced": 5, "noop_raw_balanced_in_process": 5} {
+	var r float64
+	require.NoError(t, json.Unmarshal(w["ratio_noop_raw"], &r))
+	require.Positive(t, r)
+	for k, n := range map[string]int{"noop_raw_pairs": 10, "noop_raw_balanced": 5} {
 		var q []float64
 		require.NoError(t, json.Unmarshal(w[k], &q), k)
 		require.Len(t, q, n, k)
 	}
-	for k, own := range map[string]bool{"raw": true, "noop_chain": true, "raw_in_process": false, "noop_chain_in_process": false} {
+	for k, own := range map[string]bool{"raw": true, "noop_chain": true} {
 		var d struct {
 			Records    int  `json:"records"`
 			OwnProcess bool `json:"own_process"`
