@@ -191,8 +191,6 @@ type DesignResult struct {
 	RulesFloorP50ms            *float64 `json:"-"`
 	RulesFloorP99ms            *float64 `json:"-"`
 	RulesFloorGate             string   `json:"-"`
-	AdmissionP50ms             *float64 `json:"-"`
-	AdmissionP99ms             *float64 `json:"-"`
 	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
 	LatencyOutputs             int      `json:"-"`
 
@@ -244,15 +242,6 @@ type Comparison struct {
 	RulesFloorGate  string   `json:"rules_floor_gate,omitempty"`
 	RulesFloorP50ms *float64 `json:"rules_floor_p50_ms,omitempty"`
 	RulesFloorP99ms *float64 `json:"rules_floor_p99_ms,omitempty"`
-	// AdmissionFloorP50ms and AdmissionFloorP99ms (key gate only) add the
-	// admission step (chain/keygate.go: a follower begins records in offset
-	// order, each once its leader has begun everything up to
-	// q(t+Lateness)). At-least-once chains do not have it (they
-	// carry the offsets completed above each position instead); exactly-once
-	// mode and chain.WithoutCarriedOffsets keep it. Not a rule of DESIGN.md "The key-scoped gate": it
-	// tells what that choice costs, never the target's floor.
-	AdmissionFloorP50ms *float64 `json:"admission_floor_p50_ms,omitempty"`
-	AdmissionFloorP99ms *float64 `json:"admission_floor_p99_ms,omitempty"`
 	// P99Lower is baseline p99 ÷ chain p99 (3 = three times lower).
 	P99Lower *float64 `json:"p99_lower,omitempty"`
 }
@@ -500,11 +489,7 @@ func targets(ws []WorkloadResult) []Target {
 					n0 := len(ts)
 					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
 					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
-						n := fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
-						if a := c.cmp.AdmissionFloorP99ms; a != nil && *a > 0 {
-							n += fmt.Sprintf("; with the former admission step (gone in at-least-once mode): %.2f×", *c.cmp.Chain.P99ms / *a)
-						}
-						ts[len(ts)-1].Note = n
+						ts[len(ts)-1].Note = fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
 					}
 				} else if c.cmp.FloorP99ms != nil {
 					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))

@@ -615,7 +615,6 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 			cmp.Chain = l
 			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
 			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
-			cmp.AdmissionFloorP50ms, cmp.AdmissionFloorP99ms = r.AdmissionP50ms, r.AdmissionP99ms
 		} else {
 			cmp.Base = l
 		}
@@ -1000,14 +999,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.RulesFloorP50ms, res.RulesFloorP99ms = &p50, &p99
 		res.RulesFloorGate = string(rule.scope)
-	}
-	if rule.scope == chain.GateKey {
-		rule.admission = true
-		if fl := cascadeFloors(acks, f, from, to, s.exp, rule); len(fl) > 0 {
-			p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
-			res.AdmissionP50ms, res.AdmissionP99ms = &p50, &p99
-		}
-		rule.admission = false
 	}
 	res.excess += cascadeText(acks, f, from, to, s.exp, rule)
 }

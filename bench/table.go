@@ -252,7 +252,7 @@ func p99Text(lower *float64) string {
 
 // floorLine prints the chain's p99 beside the event-time floors of a
 // latency comparison: the rules' (cascaded, the target's), the
-// one-horizon floor, and the engine's admission step (key gate).
+// one-horizon floor.
 func floorLine(b *strings.Builder, c *Comparison) {
 	type fl struct {
 		name     string
@@ -264,9 +264,6 @@ func floorLine(b *strings.Builder, c *Comparison) {
 	}
 	if c.FloorP99ms != nil {
 		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
-	}
-	if c.AdmissionFloorP99ms != nil {
-		fs = append(fs, fl{"with the former admission step (at-least-once chains do not have it; exactly-once keeps it; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
 	}
 	for _, f := range fs {
 		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)
