@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // childEnv makes the test binary a ceiling child (TestMain): "ceiling"
@@ -78,7 +79,7 @@ func ceilingHarness(t *testing.T, o Options) *harness {
 // the pairs of the reported figure are the children's.
 func TestCeilingsInChildProcesses(t *testing.T) {
 	t.Setenv(childEnv, "ceiling")
-	var progress syncBuffer
+	var progress testutil.SyncBuffer
 	h := ceilingHarness(t, Options{Quick: true, Records: 3_000, Progress: &progress})
 	pt := workloadB()
 	pr := h.newPointRun(pt)
@@ -235,22 +236,4 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		w.once.Do(func() { w.found <- string(m[1]) })
 	}
 	return len(p), nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

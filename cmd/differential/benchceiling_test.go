@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // TestBenchCeilingIsHidden: the child command of bench's ceilings is not
@@ -26,7 +27,7 @@ func TestBenchCeilingIsHidden(t *testing.T) {
 		{"", "no spec on stdin"},
 		{`{"kind":"noop"}`, `kind: want "raw" or "noop_chain", got "noop"`},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		code := cli(context.Background(), []string{benchCeilingName}, &env{stdout: &stdout, stderr: &stderr, stdin: strings.NewReader(c.stdin)})
 		require.Equal(t, exitUsage, code, stderr.String())
 		require.Contains(t, stderr.String(), "differential bench-ceiling: bench: ceiling spec: ")
@@ -49,7 +50,7 @@ func TestBenchBinaryRunsCeilingsInChildProcesses(t *testing.T) {
 		args = append(args, "--brokers", env)
 	}
 	cmd := exec.Command(bin, args...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), tail(stderr.String()))
 	require.Contains(t, stdout.String(), "raw consumer (own process: its cpu, its heap)")

@@ -9,8 +9,9 @@ import (
 
 // testOnly are the module's packages that only tests use: the fault suite,
 // the end-to-end tests, the test brokers, the OTLP receiver, the
-// certificates and the chain tester. The embedded broker that demo runs
-// (internal/embedded, kfake) is a feature and is not listed.
+// certificates, the shared test helpers and the chain tester. The embedded
+// broker that demo runs (internal/embedded, kfake) is a feature and is not
+// listed.
 var testOnly = []string{
 	"chain/chaintest",
 	"internal/chaos",
@@ -18,6 +19,7 @@ var testOnly = []string{
 	"internal/otlptest",
 	"internal/testbroker",
 	"internal/testcerts",
+	"internal/testutil",
 }
 
 // TestBinaryLinksNoTestCode: the binary's dependencies (go list -deps of
