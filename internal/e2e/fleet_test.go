@@ -164,6 +164,25 @@ func newFleet(t *testing.T, bin, name string, partitions int, assignor string, e
 	return f
 }
 
+// growToThree is how the fleet tests begin: member a alone over slices 0
+// and 1 of the input, then b and c join while slices 2 and 3 stream in;
+// each step waits until the outputs are covered to within margin.
+func (f *fleet) growToThree(t *testing.T, slice func(int) []workload.Record, margin int64) (a, b, c *member) {
+	t.Helper()
+	f.produce(t, slice(0))
+	f.produce(t, slice(1))
+	a = f.start(t, "a")
+	f.waitCovered(t, margin, "a alone")
+	b = f.start(t, "b")
+	c = f.start(t, "c")
+	f.produce(t, slice(2))
+	f.waitStarted(t, b)
+	f.waitStarted(t, c)
+	f.produce(t, slice(3))
+	f.waitCovered(t, margin, "a, b, c")
+	return a, b, c
+}
+
 func (f *fleet) start(t *testing.T, name string) *member {
 	t.Helper()
 	level := "info"
@@ -437,20 +456,7 @@ func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }
 	const margin = 300
 
-	// One member, the first fifth of the input.
-	f.produce(t, slice(0))
-	f.produce(t, slice(1))
-	a := f.start(t, "a")
-	f.waitCovered(t, margin, "a alone")
-
-	// Two members join while input streams in.
-	bm := f.start(t, "b")
-	c := f.start(t, "c")
-	f.produce(t, slice(2))
-	f.waitStarted(t, bm)
-	f.waitStarted(t, c)
-	f.produce(t, slice(3))
-	f.waitCovered(t, margin, "a, b, c")
+	a, bm, c := f.growToThree(t, slice, margin)
 
 	// b leaves cleanly.
 	f.stop(t, bm)

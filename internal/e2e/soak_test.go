@@ -189,17 +189,7 @@ func TestSoakKeyGateFleet(t *testing.T) {
 	w := watchMetadata(t, f)
 	const margin = 400
 
-	f.produce(t, slice(0))
-	f.produce(t, slice(1))
-	a := f.start(t, "a")
-	f.waitCovered(t, margin, "a alone")
-	b := f.start(t, "b")
-	c := f.start(t, "c")
-	f.produce(t, slice(2))
-	f.waitStarted(t, b)
-	f.waitStarted(t, c)
-	f.produce(t, slice(3))
-	f.waitCovered(t, margin, "a, b, c")
+	a, b, c := f.growToThree(t, slice, margin)
 
 	// Clean stops mid-stream, each right after a slice was sent, and a
 	// new member each time.
