@@ -93,12 +93,7 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 	}
 	// qOf(x): j, the offset whose arrival makes q(t+lateness) known (n: none).
 	qOf := func(x int) int {
-		j, _ := slices.BinarySearchFunc(maxT, log[x].t+int64(r.lateness), func(a, b int64) int {
-			if a <= b {
-				return -1
-			}
-			return 1
-		})
+		j := firstAbove(maxT, log[x].t+int64(r.lateness))
 		return j
 	}
 	offs := map[string][]int{}
