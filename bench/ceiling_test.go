@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // childEnv makes the test binary a ceiling child (TestMain): "ceiling"
@@ -75,11 +76,10 @@ func ceilingHarness(t *testing.T, o Options) *harness {
 // TestCeilingsInChildProcesses: with CeilingCommand, every raw and no-op
 // pass runs in a child process of its own (the test binary serving
 // ServeCeiling) against the parent's broker and reads the whole input;
-// the pairs of the reported figure are the children's, and the same pairs
-// in the harness process are reported beside them.
+// the pairs of the reported figure are the children's.
 func TestCeilingsInChildProcesses(t *testing.T) {
 	t.Setenv(childEnv, "ceiling")
-	var progress syncBuffer
+	var progress testutil.SyncBuffer
 	h := ceilingHarness(t, Options{Quick: true, Records: 3_000, Progress: &progress})
 	pt := workloadB()
 	pr := h.newPointRun(pt)
@@ -90,11 +90,9 @@ func TestCeilingsInChildProcesses(t *testing.T) {
 	require.Equal(t, CeilingChildProcess, wr.CeilingMethod)
 	require.Equal(t, 3_000, wr.CeilingRecords)
 	require.Len(t, wr.NoopRawPairs, ceilingPairs)
-	require.Len(t, wr.NoopRawPairsInProcess, ceilingPairs)
 	wr.ratios()
 	require.Len(t, wr.NoopRawBalanced, ceilingPairs/2)
 	require.Equal(t, medianOf(wr.NoopRawBalanced), wr.RatioNoopRaw)
-	require.Len(t, wr.NoopRawBalancedInProcess, ceilingPairs/2)
 	for _, r := range []*DesignResult{wr.Raw, wr.NoopChain} {
 		require.NotNil(t, r)
 		require.True(t, r.OwnProcess, r.Design)
@@ -104,10 +102,6 @@ func TestCeilingsInChildProcesses(t *testing.T) {
 	}
 	require.Equal(t, string(kindRaw), wr.Raw.Design)
 	require.Equal(t, string(kindNoop), wr.NoopChain.Design)
-	for _, r := range []*DesignResult{wr.RawInProcess, wr.NoopChainInProcess} {
-		require.NotNil(t, r)
-		require.False(t, r.OwnProcess, r.Design)
-	}
 	// Ten passes in children, each its own process.
 	pids := map[string]bool{}
 	for _, m := range regexp.MustCompile(`bench \[child (\d+)\]:`).FindAllStringSubmatch(progress.String(), -1) {
@@ -118,12 +112,10 @@ func TestCeilingsInChildProcesses(t *testing.T) {
 
 	wr.ratios()
 	require.NotNil(t, wr.RatioNoopRaw)
-	require.NotNil(t, wr.RatioNoopRawInProcess)
 	var b strings.Builder
 	(&Report{}).writeWorkload(&b, wr)
 	require.Contains(t, b.String(), "raw consumer (own process: its cpu, its heap)")
 	require.Contains(t, b.String(), "each pass in a fresh child process")
-	require.Contains(t, b.String(), "the same pairs in the harness process")
 }
 
 // TestCeilingSpecRefused: a spec the child cannot run fails with
@@ -244,22 +236,4 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		w.once.Do(func() { w.found <- string(m[1]) })
 	}
 	return len(p), nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

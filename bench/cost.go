@@ -28,8 +28,6 @@ type limiter struct {
 	inUse, idle, idleSince atomic.Int64
 	// chains times every key×stage chain (see chainTimes).
 	chains chainTimes
-	// wait is how the costs wait (Options.CostWait).
-	wait costWaiter
 }
 
 // chainTimes is where the time of each key×stage chain went — one key's
@@ -102,10 +100,9 @@ func (l *limiter) released() {
 	}
 }
 
-// newLimiter is a cap of w slots whose costs wait as costWait says
-// (Options.CostWait).
-func newLimiter(w int, costWait string) *limiter {
-	return &limiter{slots: make(chan struct{}, w), wait: newCostWaiter(costWait)}
+// newLimiter is a cap of w slots.
+func newLimiter(w int) *limiter {
+	return &limiter{slots: make(chan struct{}, w)}
 }
 
 func (l *limiter) waitedFor(req, got time.Duration) {
@@ -113,7 +110,12 @@ func (l *limiter) waitedFor(req, got time.Duration) {
 	l.waited.Add(int64(got))
 }
 
-// overshoot is waited ÷ requested − 1.
+// overshoot is waited ÷ requested − 1: how much longer than asked the
+// cost timers waited (DesignResult.WaitOvershoot). An idle Go runtime
+// sleeps in its network poller, whose timeout is in whole milliseconds, so
+// a timer due in 1.3ms may fire at 2ms. Every design's costs wait on the
+// same timers, so the overshoot is reported beside each design rather than
+// engineered away.
 func (l *limiter) overshoot() float64 {
 	r := l.requested.Load()
 	if r == 0 {
@@ -123,9 +125,9 @@ func (l *limiter) overshoot() float64 {
 }
 
 // costProcessor wraps a stage's processor: it takes a slot of the limiter,
-// waits for the record's cost (CostHeader; a timer, not a spin, so the
-// simulated work is I/O-like and uses no CPU; Options.CostWait says which
-// timer, the same for every design), runs the real processor and
+// waits for the record's cost (CostHeader; a Go timer, not a spin, so the
+// simulated work is I/O-like and uses no CPU; the same for every design),
+// runs the real processor and
 // frees the slot. Sequence is passed through (it is the cheap, ordered part;
 // the engine runs it on the stage goroutine).
 type costProcessor struct {
@@ -149,7 +151,7 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 	}()
 	if d := costOf(ev.Headers); d > 0 {
 		t0 := time.Now()
-		if err := c.lim.wait(ctx, d); err != nil {
+		if err := waitCost(ctx, d); err != nil {
 			return err
 		}
 		got := time.Since(t0)
@@ -157,6 +159,19 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 		defer func() { c.lim.chains.add(string(ev.Key), ev.Type, called, held, time.Now(), d, got) }() // after the processor
 	}
 	return c.inner.Process(ctx, pc, ev)
+}
+
+// waitCost waits d (a record's simulated cost) on a Go timer, or until ctx
+// is done. It never returns nil before d has passed.
+func waitCost(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
 }
 
 type costSequencer struct {

@@ -163,7 +163,7 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 	gate, note := eosGate(h.cfg, h.o.Gate, pt.workers)
 	cr := &CostResult{Gate: string(gate), GateNote: note}
 	wr := &WorkloadResult{Workload: pt.name, Partitions: pt.wc.Partitions, Workers: pt.workers, Gate: string(gate),
-		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), CostWait: h.o.CostWait, EOSCost: cr}
+		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), EOSCost: cr}
 	h.progressf("workload %s P=%d W=%d, exactly-once cost (gate %s): %s (generated in %v)", pt.name, pt.wc.Partitions, pt.workers, gate, pr.st, time.Since(t0).Round(time.Millisecond))
 	if note != "" {
 		h.progressf("  %s: both guarantees use the %s gate", note, gate)
@@ -241,7 +241,7 @@ func (h *harness) costLatency(ctx context.Context, pr *pointRun, v *chainVariant
 		return nil, err
 	}
 	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-		Checkpoints: r.Syncs, Commits: r.Commits, latencies: r.latencies}, err
+		Checkpoints: r.Syncs, Commits: r.Commits}, err
 }
 
 // costWiring builds a cost-table run's delivery: a changelog (both

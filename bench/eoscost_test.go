@@ -199,7 +199,6 @@ func TestEOSCostOptions(t *testing.T) {
 		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, 0}}, "commit intervals must be > 0"},
 		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, time.Second}}, "commit interval 1s given twice"},
 		{Options{EOSCost: true, Workloads: []string{"C"}}, "runs workloads A and B, not C"},
-		{Options{EOSCost: true, SVGPath: "x.svg"}, "draws no charts"},
 	} {
 		require.ErrorContains(t, tc.o.withDefaults().validate(), tc.want)
 	}

@@ -27,19 +27,10 @@ import (
 type floorRule struct {
 	// scope: chain.GateKey applies (a′)/(b′) (the leader's records of the
 	// record's key only), chain.GatePartition (a)/(b) (every record).
-	scope chain.GateScope
-	// admission adds the admission step (chain/keygate.go, key scope
-	// only): a follower begins records in offset order, each once its
-	// leader has *begun* every record up to o+OffsetDistance and, when it
-	// processes the record, up to q(t+Lateness). Not a rule of DESIGN.md "The key-scoped gate".
-	// At-least-once chains do not have it (they carry the
-	// offsets completed above each position instead); exactly-once mode and
-	// chain.WithAdmissionStep keep it. The bench reports it to show what
-	// the step cost, never as the floor.
-	admission bool
-	distance  int64 // OffsetDistance
-	lateness  time.Duration
-	idle      time.Duration // IdleTimeout
+	scope    chain.GateScope
+	distance int64 // OffsetDistance
+	lateness time.Duration
+	idle     time.Duration // IdleTimeout
 }
 
 const never = int64(math.MaxInt64)
@@ -69,8 +60,7 @@ const never = int64(math.MaxInt64)
 //     gate opens. Duplicates are treated as skipped, which is at most what
 //     the engine waits for.
 //
-// Every term is a rule of DESIGN.md "Mechanisms" and "Attribution rules" (or, with admission, of the
-// engine), applied to the run's arrival times and the records' cost draws,
+// Every term is a rule of DESIGN.md "Mechanisms" and "Attribution rules", applied to the run's arrival times and the records' cost draws,
 // so no engine obeying the rules completes a record earlier: it is a lower
 // bound, computed from the run's data.
 func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
@@ -103,12 +93,7 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 	}
 	// qOf(x): j, the offset whose arrival makes q(t+lateness) known (n: none).
 	qOf := func(x int) int {
-		j, _ := slices.BinarySearchFunc(maxT, log[x].t+int64(r.lateness), func(a, b int64) int {
-			if a <= b {
-				return -1
-			}
-			return 1
-		})
+		j := firstAbove(maxT, log[x].t+int64(r.lateness))
 		return j
 	}
 	offs := map[string][]int{}
@@ -117,7 +102,6 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 			offs[log[x].key] = append(offs[log[x].key], x)
 		}
 	}
-	var begun []int64 // the leader's admission times (prefix maxima)
 	for k := range 3 {
 		cur := make([]int64, n)
 		// upTo(x, lim): when the leader completed what x's scope names at
@@ -160,7 +144,6 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 				upTo = func(_, lim int) int64 { return all[min(lim, n-1)] }
 			}
 		}
-		adm := make([]int64, n)
 		last := map[string]int64{}
 		for x := range log {
 			rec := &log[x]
@@ -186,19 +169,6 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 					open = min(max(open, upTo(x, int(lim))), idleOpen)
 				}
 				start = max(start, open)
-				if r.admission && r.scope == chain.GateKey {
-					b := idleOpen
-					if !noQ {
-						b = min(b, begun[lim])
-					}
-					if x > 0 {
-						b = max(b, adm[x-1])
-					}
-					adm[x] = max(b, arr[x])
-					start = max(start, adm[x])
-				}
-			} else {
-				adm[x] = arr[x]
 			}
 			if processing {
 				start = max(start, last[rec.key])
@@ -209,7 +179,6 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 			}
 		}
 		done[k] = cur
-		begun = adm
 	}
 	return done
 }
@@ -262,18 +231,15 @@ func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule,
 // cascadeText is the progress line's account of the chain's latency against
 // the floors: per output, latency − one-horizon floor split into what the
 // rules' cascade adds (cascaded − one-horizon floor) and what is left
-// (latency − cascaded floor); the same for the engine's admission step
-// (key scope); and, among the outputs at or above the chain's p99, how many
-// the cascade binds (its floor is above the one-horizon floor by more than
-// half the excess).
+// (latency − cascaded floor); and, among the outputs at or above the
+// chain's p99, how many the cascade binds (its floor is above the
+// one-horizon floor by more than half the excess).
 func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) string {
-	ra := r
-	ra.admission = r.scope == chain.GateKey
-	cr, ca := map[int32][3][]int64{}, map[int32][3][]int64{}
+	cr := map[int32][3][]int64{}
 	type row struct {
-		lat, one, rules, adm time.Duration
-		stage                int
-		idle                 bool
+		lat, one, rules time.Duration
+		stage           int
+		idle            bool
 	}
 	var rows []row
 	for _, a := range acks {
@@ -281,13 +247,12 @@ func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorR
 		if !ok {
 			continue
 		}
-		rules, ok1 := cascadeFloor(a, f, from, to, e, r, cr)
-		adm, ok2 := cascadeFloor(a, f, from, to, e, ra, ca)
-		if !ok1 || !ok2 {
+		rules, ok := cascadeFloor(a, f, from, to, e, r, cr)
+		if !ok {
 			continue
 		}
 		lat := time.Duration(a.at - f.sentAt[a.src.partition][a.src.offset].Load())
-		rows = append(rows, row{lat, one, rules, adm, e.paths[a.src.partition][a.src.offset].stage, viaIdle})
+		rows = append(rows, row{lat, one, rules, e.paths[a.src.partition][a.src.offset].stage, viaIdle})
 	}
 	if len(rows) == 0 {
 		return ""
@@ -302,20 +267,13 @@ func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorR
 		return ms(quantile(v, 0.5)), ms(quantile(v, 0.99))
 	}
 	rp50, rp99 := q(func(x row) time.Duration { return x.rules })
-	ap50, ap99 := q(func(x row) time.Duration { return x.adm })
 	ca50, ca99 := q(func(x row) time.Duration { return x.rules - x.one })
 	le50, le99 := q(func(x row) time.Duration { return x.lat - x.rules })
-	ae50, ae99 := q(func(x row) time.Duration { return x.lat - x.adm })
 	tail := rows[min(max(int(math.Ceil(0.99*float64(len(rows))))-1, 0), len(rows)-1):]
-	var byRules, byAdm int
+	var byRules int
 	for _, x := range tail {
-		if ex := x.lat - x.one; ex > 0 {
-			if x.rules-x.one > ex/2 {
-				byRules++
-			}
-			if x.adm-x.one > ex/2 {
-				byAdm++
-			}
+		if ex := x.lat - x.one; ex > 0 && x.rules-x.one > ex/2 {
+			byRules++
 		}
 	}
 	worst := ""
@@ -325,10 +283,9 @@ func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorR
 		if x.idle {
 			how = "idle"
 		}
-		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules), ms(x.adm))
+		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules))
 	}
 	return fmt.Sprintf(" (%s-gate cascaded floor p50 %.1fms p99 %.1fms, above the one-horizon floor p50 %.1fms p99 %.1fms; latency above it p50 %.1fms p99 %.1fms;"+
-		" with the former admission step (gone in at-least-once mode) floor p50 %.1fms p99 %.1fms, latency above it p50 %.1fms p99 %.1fms;"+
-		" of the %d outputs at/above the chain's p99, %d bound by the cascade, %d by cascade+admission; slowest (ms; floors one-horizon/cascaded/admission):%s)",
-		r.scope, rp50, rp99, ca50, ca99, le50, le99, ap50, ap99, ae50, ae99, len(tail), byRules, byAdm, worst)
+		" of the %d outputs at/above the chain's p99, %d bound by the cascade; slowest (ms; floors one-horizon/cascaded):%s)",
+		r.scope, rp50, rp99, ca50, ca99, le50, le99, len(tail), byRules, worst)
 }

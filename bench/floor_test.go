@@ -127,11 +127,6 @@ func TestCascadedFloorKeyScopeIgnoresOtherKeys(t *testing.T) {
 	// stage's pass over the click carrying it (done at 101ms), completes at
 	// 103ms; the purchase + 3ms, − 1ms.
 	require.Equal(t, 105*msec, part[1])
-	// The engine's admission step (offset order on the leader's read
-	// frontier) makes the key scope's purchase wait for x's install to be
-	// begun, at 100ms.
-	_, adm := floorsOf(t, log, sent, floorRule{scope: chain.GateKey, admission: true, idle: time.Second})
-	require.Equal(t, 102*msec, adm[1])
 }
 
 // The idle release opens a gate no later than a quiet gap: a purchase at
@@ -153,9 +148,8 @@ func TestCascadedFloorIdleRelease(t *testing.T) {
 }
 
 // On random streams the cascaded floor is never below the one-horizon
-// floor (it adds waits, never removes one), the partition scope's never
-// below the key scope's, and the engine's admission step's never below the
-// rules'.
+// floor (it adds waits, never removes one), and the partition scope's
+// never below the key scope's.
 func TestCascadedFloorIsAtLeastOneHorizon(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
@@ -174,22 +168,19 @@ func TestCascadedFloorIsAtLeastOneHorizon(t *testing.T) {
 		idle := time.Duration(20+rng.IntN(60)) * msec
 		one, key := floorsOf(t, log, sent, floorRule{scope: chain.GateKey, lateness: lateness, idle: idle})
 		_, part := floorsOf(t, log, sent, floorRule{scope: chain.GatePartition, lateness: lateness, idle: idle})
-		_, adm := floorsOf(t, log, sent, floorRule{scope: chain.GateKey, admission: true, lateness: lateness, idle: idle})
 		for o := range one {
 			require.GreaterOrEqual(t, key[o], one[o], "offset %d", o)
 			require.GreaterOrEqual(t, part[o], key[o], "offset %d", o)
-			require.GreaterOrEqual(t, adm[o], key[o], "offset %d", o)
 		}
 	}
 }
 
 // The floor target divides the chain's p99 by the rules' (cascaded)
-// floor when the run has it, naming the one-horizon and admission ratios
-// beside it; a report without it (older JSON) keeps the one-horizon target.
+// floor when the run has it, naming the one-horizon ratio beside it; a report without it (older JSON) keeps the one-horizon target.
 func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
-	p99, one, rules, adm, base, lower := 110.0, 50.0, 100.0, 108.0, 600.0, 600.0/110
+	p99, one, rules, base, lower := 110.0, 50.0, 100.0, 600.0, 600.0/110
 	w := WorkloadResult{Workload: "A", Chain: &DesignResult{Design: string(kindChain)},
-		VsDesign6: &Comparison{Chain: &LatencyResult{P99ms: &p99}, Base: &LatencyResult{P99ms: &base}, P99Lower: &lower, FloorP99ms: &one, RulesFloorP99ms: &rules, AdmissionFloorP99ms: &adm}}
+		VsDesign6: &Comparison{Chain: &LatencyResult{P99ms: &p99}, Base: &LatencyResult{P99ms: &base}, P99Lower: &lower, FloorP99ms: &one, RulesFloorP99ms: &rules}}
 	find := func(ts []Target) *Target {
 		for i := range ts {
 			if strings.HasPrefix(ts[i].Name, "A: chain p99 ÷ event-time floor p99") {
@@ -203,7 +194,7 @@ func TestFloorTargetUsesTheRulesFloor(t *testing.T) {
 	require.Contains(t, tg.Name, "the rules', cascaded")
 	require.InDelta(t, 1.1, tg.Got, 1e-9)
 	require.True(t, tg.Met)
-	require.Equal(t, "one-horizon floor: 2.20×; with the former admission step (gone in at-least-once mode): 1.02×", tg.Note)
+	require.Equal(t, "one-horizon floor: 2.20×", tg.Note)
 	found := false
 	for _, x := range targets([]WorkloadResult{w}) {
 		if strings.HasPrefix(x.Name, "A: micro-batch baseline ÷ chain p99") {

@@ -333,7 +333,7 @@ func (r *heavyRun) process(hp *heavyPartition, k int, ev *chain.Event) error {
 	}
 	start := threadCPU()
 	o := ev.Offset
-	pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: ev.Partition, Stage: s.Name,
+	pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: ev.Partition, Stage: s.Name,
 		Offset: o, StreamTime: hp.stream[o], EvictionWatermark: hp.stream[hp.next[len(r.stages)-1]], State: hp.ps.Stage(k)})
 	skip, err := s.Processor.(chain.Sequencer).Sequence(pc, ev)
 	if err != nil {

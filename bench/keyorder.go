@@ -80,12 +80,7 @@ func keyOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duration 
 				gate = waitFor(r.key, x)
 				if processing {
 					need := r.t + int64(lateness)
-					j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
-						if a <= b {
-							return -1
-						}
-						return 1
-					})
+					j := firstAbove(maxT, need)
 					if j < n {
 						// q = j+1: the leader's records of u at offsets <= j.
 						gate = max(gate, waitFor(r.key, j))

@@ -137,19 +137,11 @@ func (o chainObserver) Committed(string, int32, int64, string) {
 	}
 }
 
-// sample is one point of the completion curve.
-type sample struct {
-	at   int64 // unix ns
-	done int64 // complete records
-}
-
-// sampler records the completion curve and the peak heap every 20ms.
+// sampler records the peak heap every 20ms.
 type sampler struct {
-	prog      *progress
 	stop      chan struct{}
 	once      sync.Once
 	wg        sync.WaitGroup
-	samples   []sample
 	peakLive  uint64 // heap marked live by the last GC
 	peakAlloc uint64 // heap objects, garbage not yet swept included
 }
@@ -166,9 +158,9 @@ func heapBytes() (live, alloc uint64) {
 	return live, alloc
 }
 
-func startSampler(prog *progress) *sampler {
+func startSampler() *sampler {
 	runtime.GC()
-	s := &sampler{prog: prog, stop: make(chan struct{})}
+	s := &sampler{stop: make(chan struct{})}
 	s.wg.Go(func() {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
@@ -188,9 +180,6 @@ func startSampler(prog *progress) *sampler {
 func (s *sampler) take() {
 	live, alloc := heapBytes()
 	s.peakLive, s.peakAlloc = max(s.peakLive, live), max(s.peakAlloc, alloc)
-	if s.prog != nil {
-		s.samples = append(s.samples, sample{at: time.Now().UnixNano(), done: s.prog.completed()})
-	}
 }
 
 // finish stops the sampler (idempotent).

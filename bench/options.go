@@ -49,14 +49,6 @@ type Options struct {
 	// CostMedian is the median of A's and C's per-record cost (log-normal,
 	// p99/p50 = 50), simulated by waiting. Default 1ms.
 	CostMedian time.Duration
-	// CostWait is how every simulated cost waits, the same for every design
-	// (the chain and both micro-batches): CostWaitKick (a Go timer woken on
-	// time by a shared Linux timerfd: the idle runtime's poller sleeps in
-	// whole milliseconds, so a bare timer waits 10–14 % longer than a 1ms
-	// cost asks) or CostWaitTimer (the Go timer alone). Default
-	// DefaultCostWait: kick on Linux, timer elsewhere (kick is refused
-	// there).
-	CostWait string
 	// Quick runs short (CI smoke test): CommitInterval 50ms (so Duration
 	// 0.625s), a two-size sweep, C at P=W=16 only, a 1s latency phase.
 	Quick bool
@@ -68,11 +60,9 @@ type Options struct {
 	// median throughput is reported. The sweep runs each size once.
 	// Default 1.
 	Repeats int
-	// JSONPath and SVGPath, when set, receive the JSON report and the SVG
-	// charts. Their folders are created, and checked writable, before the
-	// run starts.
+	// JSONPath, when set, receives the JSON report. Its folder is created,
+	// and checked writable, before the run starts.
 	JSONPath string
-	SVGPath  string
 
 	// BatchSize is the micro-batch baseline's poll size in records, across
 	// all partitions. Default 500 (Kafka's max.poll.records default).
@@ -252,9 +242,6 @@ func (o Options) withDefaults() Options {
 	if o.Store == "" {
 		o.Store = "pebble"
 	}
-	if o.CostWait == "" {
-		o.CostWait = DefaultCostWait
-	}
 	if o.Gate == "" {
 		o.Gate = chain.GateKey
 	}
@@ -297,9 +284,6 @@ func (o Options) validate() error {
 	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
 	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
 	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
-	if err := checkCostWait(o.CostWait); err != nil {
-		errs = append(errs, fmt.Errorf("bench: %w", err))
-	}
 	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
 		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
 	}
@@ -391,9 +375,6 @@ func (o Options) validateCost() []error {
 			errs = append(errs, errors.New("bench: Guarantees and CommitIntervals are for the exactly-once cost table (EOSCost)"))
 		}
 		return errs
-	}
-	if o.SVGPath != "" {
-		errs = append(errs, errors.New("bench: the exactly-once cost table draws no charts: drop SVGPath (the JSON has every cell)"))
 	}
 	for _, w := range o.Workloads {
 		if w == "C" {

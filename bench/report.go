@@ -32,7 +32,6 @@ type Report struct {
 	IdleTimeout       string           `json:"-"`
 	LatencyLoad       float64          `json:"-"`
 	Repeats           int              `json:"-"`
-	CostWait          string           `json:"-"` // Options.CostWait
 	Workloads         []WorkloadResult `json:"-"`
 	Targets           []Target         `json:"-"`
 	// EOSCost: the run measured the exactly-once cost table
@@ -58,9 +57,6 @@ type WorkloadResult struct {
 	// (Options.Duration); CommitInterval the chain's (Options.CommitInterval).
 	DurationS      float64 `json:"duration_s"`
 	CommitInterval string  `json:"commit_interval"`
-	// CostWait is how every design's simulated costs waited
-	// (Options.CostWait: "kick" or "timer").
-	CostWait string `json:"cost_wait"`
 
 	// Chain is the headline chain's run (the first of ChainVariants when
 	// there are several: gate scope, delivery guarantee, ...).
@@ -108,15 +104,6 @@ type WorkloadResult struct {
 	// embedded broker's not included) or CeilingInProcess (in the
 	// harness's process, beside its stream, model and embedded broker).
 	CeilingMethod string `json:"ceiling_method,omitempty"`
-	// With CeilingChildProcess, the same pairs are also run in the
-	// harness's process after the children's, for comparison: these are
-	// those runs, as Raw, NoopChain, NoopRawPairs, NoopRawBalanced and
-	// RatioNoopRaw are the children's.
-	RawInProcess             *DesignResult `json:"raw_in_process,omitempty"`
-	NoopChainInProcess       *DesignResult `json:"noop_chain_in_process,omitempty"`
-	NoopRawPairsInProcess    []float64     `json:"noop_raw_pairs_in_process,omitempty"`
-	NoopRawBalancedInProcess []float64     `json:"noop_raw_balanced_in_process,omitempty"`
-	RatioNoopRawInProcess    *float64      `json:"ratio_noop_raw_in_process,omitempty"`
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
@@ -204,15 +191,11 @@ type DesignResult struct {
 	RulesFloorP50ms            *float64 `json:"-"`
 	RulesFloorP99ms            *float64 `json:"-"`
 	RulesFloorGate             string   `json:"-"`
-	AdmissionP50ms             *float64 `json:"-"`
-	AdmissionP99ms             *float64 `json:"-"`
 	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
 	LatencyOutputs             int      `json:"-"`
 
-	series    []seriesPoint
-	latencies []time.Duration
-	txn       *TxnStats // the cost table's runs (CostCell.Txn)
-	excess    string    // floorExcess, for the progress line
+	txn    *TxnStats // the cost table's runs (CostCell.Txn)
+	excess string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.
@@ -229,8 +212,6 @@ type LatencyResult struct {
 	Checkpoints int          `json:"checkpoint_syncs"`
 	Commits     int          `json:"commits"`
 	Correctness *Correctness `json:"correctness,omitempty"`
-
-	latencies []time.Duration
 }
 
 // Comparison is the chain against one baseline: throughput (each design on
@@ -261,15 +242,6 @@ type Comparison struct {
 	RulesFloorGate  string   `json:"rules_floor_gate,omitempty"`
 	RulesFloorP50ms *float64 `json:"rules_floor_p50_ms,omitempty"`
 	RulesFloorP99ms *float64 `json:"rules_floor_p99_ms,omitempty"`
-	// AdmissionFloorP50ms and AdmissionFloorP99ms (key gate only) add the
-	// admission step (chain/keygate.go: a follower begins records in offset
-	// order, each once its leader has begun everything up to
-	// q(t+Lateness)). At-least-once chains do not have it (they
-	// carry the offsets completed above each position instead); exactly-once
-	// mode and chain.WithAdmissionStep keep it. Not a rule of DESIGN.md "The key-scoped gate": it
-	// tells what that choice costs, never the target's floor.
-	AdmissionFloorP50ms *float64 `json:"admission_floor_p50_ms,omitempty"`
-	AdmissionFloorP99ms *float64 `json:"admission_floor_p99_ms,omitempty"`
 	// P99Lower is baseline p99 ÷ chain p99 (3 = three times lower).
 	P99Lower *float64 `json:"p99_lower,omitempty"`
 }
@@ -299,11 +271,6 @@ type Limit struct {
 	// against a key-parallel micro-batch of any batch size.
 	MaxWin         float64 `json:"max_win"`
 	MaxWinAnyBatch float64 `json:"max_win_any_batch"`
-}
-
-type seriesPoint struct {
-	t    float64 // seconds since the first record was consumed
-	done int64
 }
 
 func (w *WorkloadResult) design(k kind) *DesignResult {
@@ -394,9 +361,6 @@ func (w *WorkloadResult) ratios() {
 		w.NoopRawBalanced, w.RatioNoopRaw = ceilingRatio(w.NoopRawPairs)
 	} else if w.NoopChain != nil && w.Raw != nil {
 		w.RatioNoopRaw = ratio(w.NoopChain.ThroughputRPS, w.Raw.ThroughputRPS)
-	}
-	if len(w.NoopRawPairsInProcess) > 0 {
-		w.NoopRawBalancedInProcess, w.RatioNoopRawInProcess = ceilingRatio(w.NoopRawPairsInProcess)
 	}
 	if w.Chain == nil {
 		return
@@ -525,11 +489,7 @@ func targets(ws []WorkloadResult) []Target {
 					n0 := len(ts)
 					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
 					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
-						n := fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
-						if a := c.cmp.AdmissionFloorP99ms; a != nil && *a > 0 {
-							n += fmt.Sprintf("; with the former admission step (gone in at-least-once mode): %.2f×", *c.cmp.Chain.P99ms / *a)
-						}
-						ts[len(ts)-1].Note = n
+						ts[len(ts)-1].Note = fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
 					}
 				} else if c.cmp.FloorP99ms != nil {
 					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))
@@ -547,9 +507,6 @@ func targets(ws []WorkloadResult) []Target {
 					ts[len(ts)-1].Note = "each pass in a child process of its own"
 				case CeilingInProcess:
 					ts[len(ts)-1].Note = "each pass in the harness process"
-				}
-				if q := w.RatioNoopRawInProcess; q != nil {
-					ts[len(ts)-1].Note += fmt.Sprintf("; %.2f in the harness process", *q)
 				}
 			}
 			add("B: polling fallback ÷ buffered chain ≥", 0.7, w.RatioPolling, steady && w.PollingChain != nil && w.PollingChain.Steady)
@@ -569,18 +526,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(ws)
 }
 
-func (r *Report) write(jsonPath, svgPath string) error {
-	if jsonPath != "" {
-		if err := writeFile(jsonPath, r.WriteJSON); err != nil {
-			return err
-		}
+func (r *Report) write(jsonPath string) error {
+	if jsonPath == "" {
+		return nil
 	}
-	if svgPath != "" {
-		if err := writeFile(svgPath, r.WriteSVG); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeFile(jsonPath, r.WriteJSON)
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

@@ -35,15 +35,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	if o.CostWait == CostWaitKick {
-		if err := kickReady(); err != nil {
-			return Report{}, fmt.Errorf("bench: %w", err)
-		}
-	}
-	for _, path := range []string{o.JSONPath, o.SVGPath} {
-		if err := CheckWritable(path); err != nil {
-			return Report{}, err
-		}
+	if err := CheckWritable(o.JSONPath); err != nil {
+		return Report{}, err
 	}
 	c, err := openBroker(o.Brokers)
 	if err != nil {
@@ -57,7 +50,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		Duration: o.Duration.Seconds(), CommitInterval: o.CommitInterval.String(),
 		BatchSize: o.BatchSize, BatchLinger: o.BatchLinger.String(), SweepBatchSizes: o.SweepBatchSizes,
 		BufferSize: o.BufferSize, PollingBufferSize: o.PollingBufferSize, IdleTimeout: o.IdleTimeout.String(),
-		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records, CostWait: o.CostWait,
+		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records,
 	}
 	if len(o.Brokers) > 0 {
 		rep.Broker = fmt.Sprint(o.Brokers)
@@ -80,14 +73,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 	rep.Targets = targets(rep.Workloads)
-	if o.CostWait == CostWaitKick {
-		if err := kickArmError(); err != nil {
-			// The timers still fired, late: the overshoot shows it.
-			h.progressf("cost waits: the kick's timerfd failed (%v); the timers waited without it", err)
-		}
-		h.progressf("cost waits: %s", kickStats())
-	}
-	if err := rep.write(o.JSONPath, o.SVGPath); err != nil {
+	if err := rep.write(o.JSONPath); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -96,8 +82,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 // CheckWritable creates path's folder and checks that a file can be
 // created in it, so that a run does not fail at its end for want of a
 // folder (a fresh clone has no bench/results: it is git-ignored). Run
-// calls it for JSONPath and SVGPath before measuring; the CLI calls it
-// first, to report a bad --json or --svg as a usage error. Empty: nil.
+// calls it for JSONPath before measuring; the CLI calls it first, to
+// report a bad --json as a usage error. Empty: nil.
 func CheckWritable(path string) error {
 	if path == "" {
 		return nil
@@ -202,7 +188,7 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	pr := h.newPointRun(pt)
 	defer pr.close()
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
-		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String(), CostWait: h.o.CostWait}
+		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
 
 	// The chain first, each variant a row (the first is the headline's):
@@ -494,10 +480,8 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // rule is for the designs.
 //
 // With Options.CeilingCommand every pass runs in a fresh child process
-// (measureChild: the design's own heap only, as a deployed consumer), and
-// then the same pairs run in this process, reported beside them for
-// comparison (WorkloadResult.NoopRawPairsInProcess); without it the passes
-// run in this process only. The figure is the median of the balanced
+// (measureChild: the design's own heap only, as a deployed consumer);
+// without it the passes run in this process. The figure is the median of the balanced
 // ratios (balancedRatios), not of the pairs.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
@@ -518,63 +502,35 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		return err
 	}
 	wr.CeilingRecords = n
-	type method struct {
-		measure func(context.Context, runSpec) (*DesignResult, error)
-		runs    map[kind][]*DesignResult
-		pairs   []float64
-	}
-	methods := []*method{{measure: h.measure, runs: map[kind][]*DesignResult{}}}
+	measure := h.measure
 	wr.CeilingMethod = CeilingInProcess
 	if len(h.o.CeilingCommand) > 0 {
-		wr.CeilingMethod = CeilingChildProcess
-		methods = append([]*method{{measure: h.measureChild, runs: map[kind][]*DesignResult{}}}, methods...)
+		measure, wr.CeilingMethod = h.measureChild, CeilingChildProcess
 	}
-	// Every method's pairs in a block of their own: a child pass right
-	// after a pass in this process ran slower (its garbage still being
-	// swept and scavenged here, on the same two cores).
-	for j, m := range methods {
-		for i := range ceilingPairs {
-			// Each pair runs back to back, the order alternating, so a
-			// pair shares the machine's state of the moment (a
-			// neighbour's load) and each order runs as often
-			// (balancedRatios).
-			order := []kind{kindRaw, kindNoop}
-			if i%2 == 1 {
-				order = []kind{kindNoop, kindRaw}
+	runs := map[kind][]*DesignResult{}
+	for i := range ceilingPairs {
+		// Each pair runs back to back, the order alternating, so a pair
+		// shares the machine's state of the moment (a neighbour's load)
+		// and each order runs as often (balancedRatios).
+		order := []kind{kindRaw, kindNoop}
+		if i%2 == 1 {
+			order = []kind{kindNoop, kindRaw}
+		}
+		pair := map[kind]*DesignResult{}
+		for _, k := range order {
+			r, err := measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
+			if err != nil {
+				return err
 			}
-			pair := map[kind]*DesignResult{}
-			for _, k := range order {
-				r, err := m.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
-				if err != nil {
-					return err
-				}
-				r.Records = n
-				m.runs[k] = append(m.runs[k], r)
-				pair[k] = r
-			}
-			q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS)
-			if q != nil {
-				m.pairs = append(m.pairs, *q)
-			}
-			if q != nil && len(methods) > 1 {
-				where := "in child processes"
-				if j > 0 {
-					where = "in the harness process"
-				}
-				cpu := ratio(pair[kindNoop].CPUs, pair[kindRaw].CPUs)
-				if cpu == nil {
-					cpu = new(float64)
-				}
-				h.progressf("  pair %d %s: no-op ÷ raw %.2f (CPU seconds: no-op ÷ raw %.2f)", i+1, where, *q, *cpu)
-			}
+			r.Records = n
+			runs[k] = append(runs[k], r)
+			pair[k] = r
+		}
+		if q := ratio(pair[kindNoop].ThroughputRPS, pair[kindRaw].ThroughputRPS); q != nil {
+			wr.NoopRawPairs = append(wr.NoopRawPairs, *q)
 		}
 	}
-	m := methods[0]
-	wr.Raw, wr.NoopChain, wr.NoopRawPairs = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
-	if len(methods) > 1 {
-		m := methods[1]
-		wr.RawInProcess, wr.NoopChainInProcess, wr.NoopRawPairsInProcess = median(m.runs[kindRaw]), median(m.runs[kindNoop]), m.pairs
-	}
+	wr.Raw, wr.NoopChain = median(runs[kindRaw]), median(runs[kindNoop])
 	return nil
 }
 
@@ -654,12 +610,11 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		}
 		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
 			Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-			Checkpoints: r.Syncs, Commits: r.Commits, latencies: r.latencies}
+			Checkpoints: r.Syncs, Commits: r.Commits}
 		if k == kindChain {
 			cmp.Chain = l
 			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
 			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
-			cmp.AdmissionFloorP50ms, cmp.AdmissionFloorP99ms = r.AdmissionP50ms, r.AdmissionP99ms
 		} else {
 			cmp.Base = l
 		}
@@ -823,7 +778,7 @@ func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Tim
 	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
 		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
 	r.cpu0 = cpuTime()
-	r.smp = startSampler(d.prog)
+	r.smp = startSampler()
 	go func() { r.errc <- d.run(runCtx) }()
 	return r
 }
@@ -956,12 +911,6 @@ func (r *running) result() *DesignResult {
 			res.SlotsIdle = float64(d.lim.idle.Load()) / float64(el)
 		}
 	}
-	first := d.prog.first.Load()
-	for _, sm := range r.smp.samples {
-		if sm.at >= first {
-			res.series = append(res.series, seriesPoint{t: time.Duration(sm.at - first).Seconds(), done: sm.done})
-		}
-	}
 	return res
 }
 
@@ -1021,7 +970,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 	from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
 	acks := r.d.acks.acks
 	lat := latencies(acks, f, from, to)
-	res.latencies = lat
 	res.LatencyOutputs = len(lat)
 	if len(lat) > 0 {
 		p50, p99 := ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
@@ -1051,14 +999,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.RulesFloorP50ms, res.RulesFloorP99ms = &p50, &p99
 		res.RulesFloorGate = string(rule.scope)
-	}
-	if rule.scope == chain.GateKey {
-		rule.admission = true
-		if fl := cascadeFloors(acks, f, from, to, s.exp, rule); len(fl) > 0 {
-			p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
-			res.AdmissionP50ms, res.AdmissionP99ms = &p50, &p99
-		}
-		rule.admission = false
 	}
 	res.excess += cascadeText(acks, f, from, to, s.exp, rule)
 }
@@ -1199,7 +1139,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		d.acks = &ackLog{}
 		ap.log = d.acks
 	}
-	lim := newLimiter(W, o.CostWait)
+	lim := newLimiter(W)
 	d.lim = lim
 	cfg := h.cfg
 	if s.cfg != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -22,7 +21,7 @@ import (
 // outputs and dead letters — nothing lost, duplicated or changed — and last
 // at least Duration (sized by time) with the chain's busiest partition
 // paying ten checkpoints or more; both comparisons and the sweep must be
-// reported, and the JSON and SVG written (into a folder that does not exist
+// reported, and the JSON written (into a folder that does not exist
 // yet). It does not check the ratios.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
@@ -33,9 +32,9 @@ func TestQuick(t *testing.T) {
 		brokers = strings.Split(env, ",")
 	}
 	dir := t.TempDir()
-	jsonPath, svgPath := filepath.Join(dir, "results", "bench.json"), filepath.Join(dir, "svg", "bench.svg")
+	jsonPath := filepath.Join(dir, "results", "bench.json")
 	start := time.Now()
-	o := Options{Quick: true, Brokers: brokers, JSONPath: jsonPath, SVGPath: svgPath, Dir: dir}
+	o := Options{Quick: true, Brokers: brokers, JSONPath: jsonPath, Dir: dir}
 	rep, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	t.Logf("quick mode took %v", time.Since(start))
@@ -137,11 +136,6 @@ func TestQuick(t *testing.T) {
 			require.Contains(t, o, "ratio_polling")
 		}
 	}
-	svg, err := os.ReadFile(svgPath)
-	require.NoError(t, err)
-	require.True(t, bytes.HasPrefix(svg, []byte("<svg")) && bytes.Contains(svg, []byte("</svg>")))
-	require.Contains(t, string(svg), "<polyline")
-
 	var table strings.Builder
 	require.NoError(t, rep.WriteTable(&table))
 	for _, s := range []string{"workload A", "batch size sweep", "← the strongest", "the headline", "the design the engine replaces", "the limit", "targets"} {

@@ -41,7 +41,7 @@ func ownProcess(d *DesignResult) string {
 // WriteTable prints the report as text tables.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s, cost waits %s (every design)\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store, r.CostWait)
+	fmt.Fprintf(&b, "differential bench — %s, %s, %d CPUs (GOMAXPROCS %d), store %s, costs wait on Go timers (every design; column wait +%%: how much longer than asked)\n", r.Broker, r.GoVersion, r.CPUs, r.GOMAXPROCS, r.Store)
 	if r.EOSCost {
 		r.writeCost(&b)
 		r.writeTargets(&b)
@@ -219,13 +219,6 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 			b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
 		}
 	}
-	if wr.RatioNoopRawInProcess != nil {
-		fmt.Fprintf(b, "    the same pairs in the harness process, after the children's (not the figure): %.2f (balanced:%s; pairs:%s)", *wr.RatioNoopRawInProcess, pairList(wr.NoopRawBalancedInProcess), pairList(wr.NoopRawPairsInProcess))
-		if r, n := wr.RawInProcess, wr.NoopChainInProcess; r != nil && n != nil {
-			fmt.Fprintf(b, "; medians %.0f and %.0f rec/s, cpu %.2fs and %.2fs with the broker's", r.ThroughputRPS, n.ThroughputRPS, r.CPUs, n.CPUs)
-		}
-		b.WriteString("\n")
-	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
 	}
@@ -259,7 +252,7 @@ func p99Text(lower *float64) string {
 
 // floorLine prints the chain's p99 beside the event-time floors of a
 // latency comparison: the rules' (cascaded, the target's), the
-// one-horizon floor, and the engine's admission step (key gate).
+// one-horizon floor.
 func floorLine(b *strings.Builder, c *Comparison) {
 	type fl struct {
 		name     string
@@ -271,9 +264,6 @@ func floorLine(b *strings.Builder, c *Comparison) {
 	}
 	if c.FloorP99ms != nil {
 		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
-	}
-	if c.AdmissionFloorP99ms != nil {
-		fs = append(fs, fl{"with the former admission step (at-least-once chains do not have it; exactly-once keeps it; not a rule)", c.AdmissionFloorP50ms, c.AdmissionFloorP99ms})
 	}
 	for _, f := range fs {
 		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -284,47 +283,6 @@ func TestEventsWindow(t *testing.T) {
 	require.Equal(t, 2, commits) // at 15 and 25
 	require.Equal(t, 2, most)    // partition 1: at 20 and 30
 	require.Equal(t, 0, fewest)
-}
-
-// TestWriteSVG draws a synthetic report: every panel kind, well formed.
-func TestWriteSVG(t *testing.T) {
-	mk := func(k kind, rps float64) *DesignResult {
-		d := &DesignResult{Design: string(k), ThroughputRPS: rps, BatchSize: 500}
-		for i := range 50 {
-			d.series = append(d.series, seriesPoint{t: float64(i) * 0.02, done: int64(i) * int64(rps) / 50})
-		}
-		return d
-	}
-	lat := func(p99 float64, l ...time.Duration) *LatencyResult {
-		return &LatencyResult{P99ms: &p99, latencies: l}
-	}
-	floor := 50.0
-	rep := &Report{Broker: "test", GoVersion: "go"}
-	a := WorkloadResult{Workload: "A", Partitions: 8, Workers: 64,
-		Chain: mk(kindChain, 1000), Strongest: mk(kindStrongest, 400), Design6: mk(kindDesign6, 100)}
-	eff := 0.5
-	a.Strongest.EfficiencyOwn = &eff
-	a.Sweep = []SweepPoint{{BatchSize: 500, Result: a.Strongest, Chosen: true}, {BatchSize: 2000, Result: mk(kindStrongest, 300)}, {BatchSize: 8000, Skipped: "too long"}}
-	a.VsStrongest = &Comparison{LatencyRateRPS: 200, Chain: lat(20, time.Millisecond, 20*time.Millisecond), Base: lat(300, 100*time.Millisecond, 300*time.Millisecond), FloorP99ms: &floor}
-	a.VsDesign6 = &Comparison{LatencyRateRPS: 50, Chain: lat(20, time.Millisecond, 20*time.Millisecond), Base: lat(900, 200*time.Millisecond, 900*time.Millisecond)}
-	rep.Workloads = append(rep.Workloads, a)
-	for _, p := range []int{4, 16, 64} {
-		for _, w := range []int{4, 16, 64} {
-			rep.Workloads = append(rep.Workloads, WorkloadResult{Workload: "C", Partitions: p, Workers: w,
-				Chain: mk(kindChain, float64(p*w)), Strongest: mk(kindStrongest, float64(p*2)), Design6: mk(kindDesign6, float64(p)),
-				VsStrongest: &Comparison{Throughput: float64(w)}})
-		}
-	}
-	var b strings.Builder
-	require.NoError(t, rep.WriteSVG(&b))
-	svg := b.String()
-	require.True(t, strings.HasPrefix(svg, "<svg") && strings.HasSuffix(svg, "</svg>\n"))
-	require.Equal(t, 3+4+2, strings.Count(svg, "<polyline"), "three throughput curves, four CDFs, the sweep and its bound")
-	require.Contains(t, svg, "P=64 W=64")
-	require.Contains(t, svg, "stroke-dasharray=\"5 3\"")
-	if path := os.Getenv("BENCH_SVG_OUT"); path != "" {
-		require.NoError(t, os.WriteFile(path, []byte(svg), 0o644))
-	}
 }
 
 // TestCountingStoreKeepsTheChangelog: the chain's store wrapper counts

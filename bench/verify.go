@@ -77,12 +77,7 @@ func (e *expectation) gateOf(p int32, log []pathRecord, lateness time.Duration) 
 			continue
 		}
 		need := log[x].t + int64(lateness)
-		j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
-			if a <= b {
-				return -1
-			}
-			return 1
-		})
+		j := firstAbove(maxT, need)
 		g := gate{after: int64(j), cost: log[x].cost}
 		if j >= len(log) {
 			g.after = -1
@@ -257,12 +252,7 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 					// position must pass the first offset whose prefix
 					// maximum does; with none, idle release.
 					need := r.t + int64(lateness)
-					j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
-						if a <= b {
-							return -1
-						}
-						return 1
-					})
+					j := firstAbove(maxT, need)
 					if j < n {
 						gate = max(gate, prev[j])
 					} else {
@@ -402,4 +392,17 @@ func (e *expectation) verify(outs, dlq map[int32][]*sarama.ConsumerMessage) Corr
 		c.First = r.Problems[0]
 	}
 	return c
+}
+
+// firstAbove is the first offset j whose prefix maximum maxT[j] (maxT is
+// non-decreasing) exceeds need: where a leader's stream time passes need.
+// len(maxT) when none does.
+func firstAbove(maxT []int64, need int64) int {
+	j, _ := slices.BinarySearchFunc(maxT, need, func(a, b int64) int {
+		if a <= b {
+			return -1
+		}
+		return 1
+	})
+	return j
 }

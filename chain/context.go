@@ -179,12 +179,6 @@ func NewContext(o ContextOptions) *Context {
 	}
 }
 
-// TestContext is ContextOptions under the name processor tests use.
-type TestContext = ContextOptions
-
-// NewTestContext is NewContext, for tests of processors.
-func NewTestContext(tc TestContext) *Context { return NewContext(tc) }
-
 // EvictBefore is the eviction bound of a checkpoint whose slowest stage has
 // watermark wm: state entries expiring at or before it — strictly before
 // the watermark — can no longer be used by any rule, since no stage will

@@ -6,21 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// WithWorkerCap caps the records in processing at once across every
-// partition and every key-parallel stage (Stage.KeyConcurrency > 1) of the
-// chain at n — the capacity of a service the processors share, say. A
-// worker takes a slot when it takes a key. When slots are short, the key
-// with the most records ready (released by its gate, in its stage's queue)
-// goes first, and a worker keeps its slot between two records of its key
-// unless a waiting key has more ready: a hot key's records — a chain no
-// design can run in parallel, so every wait between them adds to the run's
-// critical path — are not queued behind other keys' records. A stage
-// without key parallelism runs on its own goroutine and takes no slot.
-// Default 0: no cap beyond each stage's KeyConcurrency.
-func WithWorkerCap(n int) Option {
-	return optionFunc(func(c *config) { c.workerCap = n })
-}
-
 // dispatcher runs a key-parallel stage: up to KeyConcurrency workers, each
 // record of a key strictly after the previous one of that key completed
 // processing (its outputs are then already handed to the producer, which

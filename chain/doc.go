@@ -61,7 +61,7 @@
 //     beginning records and lets every begun one finish (ShutdownTimeout) —
 //     retries, acknowledgements and, in key-parallel stages, the records
 //     queued behind a busy key included. In exactly-once mode (and with
-//     WithAdmissionStep or WithoutCarriedOffsets, the rolling-upgrade
+//     WithoutCarriedOffsets, the rolling-upgrade
 //     compatibility mode that writes no dfl3 metadata) the records waiting
 //     in a key-scoped gate finish
 //     too (they wait only for records their leader has begun), so the

@@ -2,33 +2,21 @@ package chain_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // Test records have values "type|eventTimeSeconds" ("bad" is invalid).
-var base = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+var base = testutil.Base
 
 func ev(typ string, sec int) string { return fmt.Sprintf("%s|%d", typ, sec) }
 
-var testDecoder = chain.DecoderFunc(func(r *chain.Record) (chain.Decoded, error) {
-	typ, secs, ok := strings.Cut(string(r.Value), "|")
-	if !ok {
-		return chain.Decoded{}, errors.New("no separator")
-	}
-	n, err := strconv.Atoi(secs)
-	if err != nil {
-		return chain.Decoded{}, fmt.Errorf("bad time: %w", err)
-	}
-	return chain.Decoded{Type: typ, Time: base.Add(time.Duration(n) * time.Second)}, nil
-})
+var testDecoder = testutil.Decoder
 
 func typeFilter(typ string) func(*chain.Event) bool {
 	return func(e *chain.Event) bool { return e.Type == typ }

@@ -42,7 +42,7 @@ import (
 // nothing (I6) without offsets above the position in the metadata. See
 // DESIGN.md "The key-scoped gate".
 //
-// That is exactly-once mode (and chain.WithAdmissionStep). In at-least-once
+// That is exactly-once mode (and chain.WithoutCarriedOffsets). In at-least-once
 // mode the gate is eager: there is no admission step; a record is begun
 // when read and waits in the gate until the leader's read frontier makes
 // its check known (front) as well; a stop abandons what cannot run

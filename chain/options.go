@@ -50,7 +50,7 @@ type config struct {
 	logger          *slog.Logger
 	observers       []Observer
 	tracer          Tracer
-	admission       bool // WithAdmissionStep
+	admission       bool // the key-scoped gate's admission step (WithoutCarriedOffsets)
 	noCarry         bool // WithoutCarriedOffsets
 	noIdleRecord    bool // WithoutRecordedIdleReleases
 	// observer fans out to observers; nil when there is none (New).
@@ -128,25 +128,14 @@ func (c *config) validate() error {
 	return nil
 }
 
-// WithAdmissionStep keeps, in at-least-once mode, the key-scoped gate's
-// admission step: a follower begins records in offset order, each once its
-// leader has begun everything the record's rule names, so that a stop
-// drains to a contiguous completed set. Without it (the default) a
-// follower begins records as it reads them and they wait per key in the
-// gate; a stop abandons those that cannot run and the commit metadata
-// carries the offsets completed above each position (DESIGN.md
-// "Choices the rules leave open", item 7). Exactly-once mode always has the step. For
-// comparisons and tests.
-func WithAdmissionStep() Option {
-	return optionFunc(func(c *config) { c.admission = true })
-}
-
 // WithoutCarriedOffsets is the rolling-upgrade compatibility mode: the
 // chain reads commit metadata of every version (dfl1, dfl2, dfl3) but
 // writes no dfl3 that a binary before dfl3 would misread (it resets the
-// state of a partition whose metadata it does not know). It implies
-// WithAdmissionStep, so a stop drains to a contiguous completed set, and
-// checkpoints carry no offsets completed above the position: the metadata
+// state of a partition whose metadata it does not know). It implies the
+// key-scoped gate's admission step (a follower begins records in offset
+// order, as in exactly-once mode), so a stop drains to a contiguous
+// completed set, and checkpoints carry no offsets completed above the
+// position: the metadata
 // is dfl1/dfl2, byte-identical to a binary before dfl3. One exception: a
 // partition restored from dfl3 metadata (written by a member without this
 // option) keeps the restored offsets that are still above its position
@@ -296,143 +285,75 @@ func WithObserver(o Observer) Option {
 	})
 }
 
-// Observer receives engine events; implementations must be fast and safe for
-// concurrent use. Used by tests to check invariants at every step.
-type Observer interface {
-	// Begin is called when a stage begins (processes or skips) a record,
-	// after the gate let it through.
-	Begin(BeginInfo)
-	// Advanced is called when a stage's position moves to next (watermark wm).
-	Advanced(topic string, partition int32, stage int, next int64, wm time.Time)
-	// Committed is called after Kafka acknowledged a commit.
-	Committed(topic string, partition int32, offset int64, metadata string)
+// WithChangelog makes every partition's window state follow the partition
+// through cl (DESIGN.md "State that follows its partition"): each checkpoint appends its state changes to the
+// changelog before it persists them, the commit metadata carries the
+// changelog offset, and a partition assigned to an instance whose local
+// state does not match the commit is rebuilt from the changelog before its
+// stages start. Requires WithStore with a store whose partitions implement
+// ChangelogStore. Default nil: state stays on the instance that wrote it.
+func WithChangelog(cl Changelog) Option {
+	return optionFunc(func(c *config) { c.changelog = cl })
 }
 
-// BeginInfo describes one record a stage begins, with the leader's published
-// checkpoint that released it: the last one the gate loaded, which may be
-// older than the leader's checkpoint at that instant (positions and
-// watermarks only grow, so an older one that lets the record through means
-// the current one does too).
-type BeginInfo struct {
-	Topic      string
-	Partition  int32
-	Stage      int
-	Offset     int64
-	EventTime  time.Time
-	Processing bool // the stage processes it (false: skips it)
-	// LeaderNext is -1 for the first stage.
-	LeaderNext      int64
-	LeaderWatermark time.Time
-	// Idle: the gate released it because the leader was idle.
-	Idle bool
-	// KeyScope: the stage's gate is key-scoped (GateKey). LeaderNext and
-	// LeaderWatermark are then the leader's progress on the record's key:
-	// every record of that key below LeaderNext was complete, and
-	// LeaderWatermark is the stream time S(LeaderNext). The partition rule's
-	// checks (LeaderNext > Offset + OffsetDistance, LeaderWatermark >
-	// EventTime + Lateness) then read per key.
-	KeyScope bool
+// WithWorkerCap caps the records in processing at once across every
+// partition and every key-parallel stage (Stage.KeyConcurrency > 1) of the
+// chain at n — the capacity of a service the processors share, say. A
+// worker takes a slot when it takes a key. When slots are short, the key
+// with the most records ready (released by its gate, in its stage's queue)
+// goes first, and a worker keeps its slot between two records of its key
+// unless a waiting key has more ready: a hot key's records — a chain no
+// design can run in parallel, so every wait between them adds to the run's
+// critical path — are not queued behind other keys' records. A stage
+// without key parallelism runs on its own goroutine and takes no slot.
+// Default 0: no cap beyond each stage's KeyConcurrency.
+func WithWorkerCap(n int) Option {
+	return optionFunc(func(c *config) { c.workerCap = n })
 }
 
-// CompletionObserver is an Observer that is also told of every record a
-// stage completes, before the completion is visible to any other stage (so
-// an invariant checker has always heard of a leader's completion before
-// the follower it releases begins). It costs a call per record and stage;
-// meant for tests.
-type CompletionObserver interface {
-	Observer
-	Completed(topic string, partition int32, stage int, offset int64)
+// WithTracer sets the tracer of records (see Tracer). Default nil: no
+// spans, no headers added, and the cost is a nil check per record and
+// stage.
+func WithTracer(t Tracer) Option {
+	return optionFunc(func(c *config) { c.tracer = t })
 }
 
-// completions returns the observers among obs that are CompletionObservers,
-// combined (nil if none).
-func completions(obs []Observer) CompletionObserver {
-	var cs completionFanout
-	for _, o := range obs {
-		if c, ok := o.(CompletionObserver); ok {
-			cs = append(cs, c)
-		}
-	}
-	switch len(cs) {
-	case 0:
-		return nil
-	case 1:
-		return cs[0]
-	}
-	return cs
+// WithExactlyOnce runs the chain in exactly-once mode (DESIGN.md "Exactly-once mode"): every
+// commit cycle is one Kafka transaction of t holding the cycle's outputs,
+// dead letters and changelog records and the consumed offsets of every
+// partition (with the stages' positions and the changelog offset in their
+// metadata). The state store becomes a cache of the changelog: a cycle's
+// writes stay in the store's overlay, which the stages read through, and
+// are persisted only after the transaction committed. A failed, fenced or
+// timed-out transaction is aborted, the overlays dropped, and every
+// partition restarts from its last committed positions. A cycle does not
+// pause the partitions: it cuts every stage at its begin frontier, waits
+// until the records below the cuts are complete — the records waiting in a
+// key-scoped gate (GateKey) included: they wait only for leader records
+// below the leader's cut — and commits positions at most the cuts, while
+// the stages go on beginning and processing the records above them; those
+// records' outputs and dead letters are deferred, in the order they were
+// issued, until the transaction ended, and then sent into the next one
+// (dropped with their records if it aborted). So a transaction holds
+// exactly the outputs of a contiguous prefix per stage (no offsets above a
+// position are ever committed), and the outputs keep their per-key order.
+// Revoke and stop commit the partition's final checkpoint in a cycle and
+// wait for it.
+//
+// t is also the chain's producer: WithProducer must not be given. With a
+// store, WithChangelog is required (the changelog is where committed state
+// lives; the store is rebuilt from it after a crash). Default: at-least-once
+// (no transactions).
+func WithExactlyOnce(t Transactor) Option {
+	return optionFunc(func(c *config) { c.txn = t })
 }
 
-type completionFanout []CompletionObserver
-
-func (f completionFanout) Begin(b BeginInfo) {}
-
-func (f completionFanout) Advanced(string, int32, int, int64, time.Time) {}
-
-func (f completionFanout) Committed(string, int32, int64, string) {}
-
-func (f completionFanout) Completed(topic string, partition int32, stage int, offset int64) {
-	for _, o := range f {
-		o.Completed(topic, partition, stage, offset)
-	}
-}
-
-// PartitionObserver is an Observer that is also told when a partition starts
-// and stops running (e.g. to register per-partition metrics, as
-// chain/chainmetrics does). PartitionStarted runs once the partition's
-// stages exist; stats returns the partition's current snapshot (as
-// Chain.Stats) and may be called until PartitionStopped, which runs when
-// RunPartition returns.
-type PartitionObserver interface {
-	Observer
-	PartitionStarted(topic string, partition int32, stats func() PartitionStats)
-	PartitionStopped(topic string, partition int32)
-}
-
-// fanout calls every observer of a chain, in order.
-type fanout []Observer
-
-// combine returns nil for no observer, the observer itself for one, and a
-// fanout for several.
-func combine(obs []Observer) Observer {
-	switch len(obs) {
-	case 0:
-		return nil
-	case 1:
-		return obs[0]
-	}
-	return fanout(obs)
-}
-
-func (f fanout) Begin(b BeginInfo) {
-	for _, o := range f {
-		o.Begin(b)
-	}
-}
-
-func (f fanout) Advanced(topic string, partition int32, stage int, next int64, wm time.Time) {
-	for _, o := range f {
-		o.Advanced(topic, partition, stage, next, wm)
-	}
-}
-
-func (f fanout) Committed(topic string, partition int32, offset int64, metadata string) {
-	for _, o := range f {
-		o.Committed(topic, partition, offset, metadata)
-	}
-}
-
-func (f fanout) PartitionStarted(topic string, partition int32, stats func() PartitionStats) {
-	for _, o := range f {
-		if po, ok := o.(PartitionObserver); ok {
-			po.PartitionStarted(topic, partition, stats)
-		}
-	}
-}
-
-func (f fanout) PartitionStopped(topic string, partition int32) {
-	for _, o := range f {
-		if po, ok := o.(PartitionObserver); ok {
-			po.PartitionStopped(topic, partition)
-		}
-	}
+// WithTransactionLimits makes an exactly-once cycle commit early — before
+// the commit interval ends — when its open transaction holds more than
+// maxOutputs outputs and dead letters, or its partitions' store overlays
+// more than maxWrites state writes: the overlay and the producer's buffers
+// stay bounded whatever the interval (I9). Defaults DefaultTxnMaxOutputs
+// and DefaultTxnMaxWrites; both must be > 0.
+func WithTransactionLimits(maxOutputs, maxWrites int) Option {
+	return optionFunc(func(c *config) { c.txnMaxOutputs, c.txnMaxWrites = maxOutputs, maxWrites })
 }

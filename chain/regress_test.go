@@ -2,6 +2,7 @@ package chain_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"testing"
@@ -58,10 +59,12 @@ func TestStopWithFullWindowReportsNoPhantomBegin(t *testing.T) {
 	})
 }
 
-// eofSource delivers its records once; its pollers end at once with io.EOF.
+// eofSource delivers its records once; its pollers fail at once with
+// pollErr (io.EOF when nil).
 type eofSource struct {
-	recs []chain.Record
-	sent bool
+	recs    []chain.Record
+	sent    bool
+	pollErr error
 }
 
 func (s *eofSource) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Record, error) {
@@ -72,13 +75,18 @@ func (s *eofSource) Fetch(ctx context.Context, dst []chain.Record) ([]chain.Reco
 	<-ctx.Done()
 	return dst, ctx.Err()
 }
-func (s *eofSource) HighWatermark() int64                              { return int64(len(s.recs)) }
-func (s *eofSource) Poll(context.Context, int64) (chain.Poller, error) { return eofPoller{}, nil }
+func (s *eofSource) HighWatermark() int64 { return int64(len(s.recs)) }
+func (s *eofSource) Poll(context.Context, int64) (chain.Poller, error) {
+	if s.pollErr == nil {
+		return eofPoller{io.EOF}, nil
+	}
+	return eofPoller{s.pollErr}, nil
+}
 
-type eofPoller struct{}
+type eofPoller struct{ err error }
 
-func (eofPoller) Fetch(context.Context, []chain.Record) ([]chain.Record, error) { return nil, io.EOF }
-func (eofPoller) Close() error                                                  { return nil }
+func (p eofPoller) Fetch(context.Context, []chain.Record) ([]chain.Record, error) { return nil, p.err }
+func (eofPoller) Close() error                                                    { return nil }
 
 type nopCommitter struct{}
 
@@ -86,8 +94,24 @@ func (nopCommitter) Commit(context.Context, int64, string) error { return nil }
 
 // A follower's poller that ends (io.EOF) is a failure of the partition, not
 // the end of the claim: RunPartition must return an error instead of
-// leaving the followers waiting in silence.
+// leaving the followers waiting in silence. The io.EOF is not in the
+// returned error's chain (it would read as a clean end); any other poller
+// error is.
 func TestPollerEndFailsThePartition(t *testing.T) {
+	t.Run("eof", func(t *testing.T) {
+		err := runWithFailingPoller(t, nil)
+		require.ErrorContains(t, err, "polling at offset")
+		require.NotErrorIs(t, err, io.EOF)
+	})
+	t.Run("error", func(t *testing.T) {
+		broken := errors.New("broken connection")
+		err := runWithFailingPoller(t, broken)
+		require.ErrorContains(t, err, "polling at offset")
+		require.ErrorIs(t, err, broken)
+	})
+}
+
+func runWithFailingPoller(t *testing.T, pollErr error) (runErr error) {
 	synctest.Test(t, func(t *testing.T) {
 		var recs []chain.Record
 		for i := range 100 {
@@ -105,13 +129,13 @@ func TestPollerEndFailsThePartition(t *testing.T) {
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() {
-			done <- ch.RunPartition(context.Background(), chain.Assignment{Topic: "t", Committed: 0, Source: &eofSource{recs: recs}, Committer: nopCommitter{}})
+			done <- ch.RunPartition(context.Background(), chain.Assignment{Topic: "t", Committed: 0, Source: &eofSource{recs: recs, pollErr: pollErr}, Committer: nopCommitter{}})
 		}()
 		synctest.Wait() // the leader has run ahead; the follower is held
 		close(release)
-		err = <-done
-		require.ErrorContains(t, err, "polling at offset")
+		runErr = <-done
 	})
+	return runErr
 }
 
 // A source that delivers offsets out of order (a broken adapter) fails the

@@ -336,9 +336,13 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 				return nil, ctx.Err()
 			}
 			// Only the main stream's end means the claim ended; a poller
-			// that ends is a failure (not %w: io.EOF must not read as a
-			// clean end and stall the followers in silence).
-			return nil, fmt.Errorf("stage %q: polling at offset %d: %v", s.name, s.cursor, err)
+			// that ends is a failure. Its io.EOF is not wrapped, so it
+			// cannot read as a clean end and stall the followers in
+			// silence; any other error keeps its chain.
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("stage %q: polling at offset %d: the poller ended: %s", s.name, s.cursor, err)
+			}
+			return nil, fmt.Errorf("stage %q: polling at offset %d: %w", s.name, s.cursor, err)
 		}
 		b := s.pollBatch[:0]
 		for i := range recs {

@@ -79,13 +79,6 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// WithTracer sets the tracer of records (see Tracer). Default nil: no
-// spans, no headers added, and the cost is a nil check per record and
-// stage.
-func WithTracer(t Tracer) Option {
-	return optionFunc(func(c *config) { c.tracer = t })
-}
-
 // startSpan starts ev's span for this stage when the chain traces and the
 // stage acts on the record (accept, or the first stage dead-letters it).
 func (s *stageRun) startSpan(ev *Event, accept bool) {

@@ -133,46 +133,6 @@ const (
 // authorization, a deleted topic) must stop the process, not loop.
 const maxConsecutiveAborts = 10
 
-// WithExactlyOnce runs the chain in exactly-once mode (DESIGN.md "Exactly-once mode"): every
-// commit cycle is one Kafka transaction of t holding the cycle's outputs,
-// dead letters and changelog records and the consumed offsets of every
-// partition (with the stages' positions and the changelog offset in their
-// metadata). The state store becomes a cache of the changelog: a cycle's
-// writes stay in the store's overlay, which the stages read through, and
-// are persisted only after the transaction committed. A failed, fenced or
-// timed-out transaction is aborted, the overlays dropped, and every
-// partition restarts from its last committed positions. A cycle does not
-// pause the partitions: it cuts every stage at its begin frontier, waits
-// until the records below the cuts are complete — the records waiting in a
-// key-scoped gate (GateKey) included: they wait only for leader records
-// below the leader's cut — and commits positions at most the cuts, while
-// the stages go on beginning and processing the records above them; those
-// records' outputs and dead letters are deferred, in the order they were
-// issued, until the transaction ended, and then sent into the next one
-// (dropped with their records if it aborted). So a transaction holds
-// exactly the outputs of a contiguous prefix per stage (no offsets above a
-// position are ever committed), and the outputs keep their per-key order.
-// Revoke and stop commit the partition's final checkpoint in a cycle and
-// wait for it.
-//
-// t is also the chain's producer: WithProducer must not be given. With a
-// store, WithChangelog is required (the changelog is where committed state
-// lives; the store is rebuilt from it after a crash). Default: at-least-once
-// (no transactions).
-func WithExactlyOnce(t Transactor) Option {
-	return optionFunc(func(c *config) { c.txn = t })
-}
-
-// WithTransactionLimits makes an exactly-once cycle commit early — before
-// the commit interval ends — when its open transaction holds more than
-// maxOutputs outputs and dead letters, or its partitions' store overlays
-// more than maxWrites state writes: the overlay and the producer's buffers
-// stay bounded whatever the interval (I9). Defaults DefaultTxnMaxOutputs
-// and DefaultTxnMaxWrites; both must be > 0.
-func WithTransactionLimits(maxOutputs, maxWrites int) Option {
-	return optionFunc(func(c *config) { c.txnMaxOutputs, c.txnMaxWrites = maxOutputs, maxWrites })
-}
-
 // ExactlyOnce reports whether the chain runs in exactly-once mode
 // (WithExactlyOnce): the Kafka adapter then reads read_committed and fetches
 // committed offsets with RequireStable.

@@ -77,11 +77,7 @@ type Changelog struct {
 	read       sarama.Client
 	readConf   *sarama.Config
 	prodClient sarama.Client
-	prod       sarama.AsyncProducer
-	readers    sync.WaitGroup // the producer's Successes and Errors readers
-
-	mu     sync.RWMutex // held for reading while sending to prod, for writing by Close
-	closed bool
+	prod       *ackedProducer
 }
 
 var (
@@ -107,8 +103,8 @@ const defaultDeleteRetention = 24 * time.Hour
 // delete). A mismatch is an error wrapping ErrChangelogMismatch that says
 // what to change. This is the only topic the engine creates.
 func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) {
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("kafka: ChangelogConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	if err := needBrokers("ChangelogConfig", cfg.Brokers); err != nil {
+		return nil, err
 	}
 	if cfg.InputTopic == "" || cfg.Group == "" {
 		return nil, errors.New("kafka: ChangelogConfig needs InputTopic and Group")
@@ -123,10 +119,7 @@ func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) 
 	if topic == cfg.InputTopic {
 		return nil, fmt.Errorf("kafka: the changelog topic must differ from the input topic %q", topic)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := orDiscard(cfg.Logger)
 	rc, pc, err := changelogConfigs(&cfg)
 	if err != nil {
 		return nil, err
@@ -156,19 +149,14 @@ func NewChangelog(ctx context.Context, cfg ChangelogConfig) (*Changelog, error) 
 		_ = read.Close()
 		return nil, fmt.Errorf("kafka: changelog producer for brokers %v: %w", cfg.Brokers, err)
 	}
-	c.prodClient, c.prod = pcl, prod
-	c.readers.Go(func() {
-		for m := range prod.Successes() {
-			if w, ok := m.Metadata.(*appendWaiter); ok {
-				w.ack(m.Offset, nil)
-			}
+	c.prodClient = pcl
+	c.prod = newAckedProducer(prod, func(m *sarama.ProducerMessage) {
+		if w, ok := m.Metadata.(*appendWaiter); ok {
+			w.ack(m.Offset, nil)
 		}
-	})
-	c.readers.Go(func() {
-		for pe := range prod.Errors() {
-			if w, ok := pe.Msg.Metadata.(*appendWaiter); ok {
-				w.ack(-1, pe.Err)
-			}
+	}, func(pe *sarama.ProducerError) {
+		if w, ok := pe.Msg.Metadata.(*appendWaiter); ok {
+			w.ack(-1, pe.Err)
 		}
 	})
 	return c, nil
@@ -180,39 +168,21 @@ func changelogConfigs(cfg *ChangelogConfig) (read, prod *sarama.Config, err erro
 	if err != nil {
 		return nil, nil, err
 	}
-	derive := func(role string) *sarama.Config {
-		sc := *base
-		if sc.ClientID == "" || sc.ClientID == "sarama" {
-			sc.ClientID = "differential"
-		}
-		sc.ClientID += "-changelog-" + role
-		if cfg.Registry != nil {
-			sc.MetricRegistry = cfg.Registry
-		}
-		if !sc.Version.IsAtLeast(sarama.V0_11_0_0) {
-			sc.Version = sarama.V0_11_0_0 // idempotence and record batches need it
-		}
-		return &sc
-	}
-	read = derive("read")
+	// Idempotence and record batches need 0.11.
+	rc := clientConfig(base, "-changelog-read", cfg.Registry, sarama.V0_11_0_0)
+	pc := idempotent(base, "-changelog-producer", cfg.Registry, sarama.V0_11_0_0)
+	read, prod = &rc, &pc
 	// Always read_committed: records of aborted transactions (exactly-once
 	// mode's, DESIGN.md "State that follows its partition") are never state; without transactions it reads
 	// the same as read_uncommitted.
 	read.Consumer.IsolationLevel = sarama.ReadCommitted
 	read.Consumer.MaxWaitTime = DefaultMaxWaitTime
 	read.Consumer.Fetch.MaxBytes = 64 << 20
-	prod = derive("producer")
-	prod.Producer.Idempotent = true
-	prod.Producer.RequiredAcks = sarama.WaitForAll
-	prod.Net.MaxOpenRequests = 1
-	prod.Producer.Retry.Max = max(prod.Producer.Retry.Max, DefaultProducerRetries)
 	if prod.Producer.Retry.BackoffFunc == nil {
 		// The outputs' retry budget (about two minutes): a lost changelog
 		// leader is as fatal to a partition as a lost output leader.
 		prod.Producer.Retry.BackoffFunc = RetryBackoff
 	}
-	prod.Producer.Return.Successes = true
-	prod.Producer.Return.Errors = true
 	prod.Producer.Partitioner = sarama.NewManualPartitioner
 	for _, c := range []struct {
 		role string
@@ -545,15 +515,9 @@ func (c *Changelog) Partition(topic string, partition int32) (chain.ChangelogPar
 // Close waits for every record handed to the producer to be acknowledged or
 // failed, then closes both clients. Idempotent.
 func (c *Changelog) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.prod.close() {
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
-	c.prod.AsyncClose()
-	c.readers.Wait()
 	return errors.Join(c.prodClient.Close(), c.read.Close())
 }
 
@@ -805,21 +769,18 @@ func (p *changelogPartition) Append(ctx context.Context, recs []chain.ChangelogR
 
 // send hands the records to the producer in order.
 func (p *changelogPartition) send(ctx context.Context, recs []chain.ChangelogRecord, w *appendWaiter) error {
-	p.c.mu.RLock()
-	defer p.c.mu.RUnlock()
-	if p.c.closed {
-		return fmt.Errorf("kafka: changelog %s: %w", p.c.topic, ErrProducerClosed)
-	}
-	for i := range recs {
+	_, err := p.c.prod.sendAll(ctx, len(recs), func(i int) *sarama.ProducerMessage {
 		m := &sarama.ProducerMessage{Topic: p.c.topic, Partition: p.partition, Key: sarama.ByteEncoder(recs[i].Key), Metadata: w}
 		if recs[i].Value != nil {
 			m.Value = sarama.ByteEncoder(recs[i].Value)
 		}
-		select {
-		case p.c.prod.Input() <- m:
-		case <-ctx.Done():
-			return fmt.Errorf("kafka: changelog %s/%d: append: not handed over: %w", p.c.topic, p.partition, ctx.Err())
-		}
+		return m
+	})
+	switch {
+	case errors.Is(err, ErrProducerClosed):
+		return fmt.Errorf("kafka: changelog %s: %w", p.c.topic, err)
+	case err != nil:
+		return fmt.Errorf("kafka: changelog %s/%d: append: %w", p.c.topic, p.partition, err)
 	}
 	return nil
 }

@@ -36,6 +36,23 @@ func (w *endWatcher) Committed(_ string, p int32, off int64, _ string) {
 	}
 }
 
+// produceGenerated writes the workload wc generates to topic and returns
+// its records and each partition's end offset.
+func produceGenerated(b *testing.B, br *testbroker.Broker, topic string, wc wl.Config) ([]wl.Record, map[int32]int64) {
+	b.Helper()
+	recs := wl.Generate(wc)
+	msgs := make([]*sarama.ProducerMessage, len(recs))
+	for i, r := range recs {
+		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
+	}
+	br.Produce(b, topic, msgs...)
+	ends := map[int32]int64{}
+	for _, m := range msgs {
+		ends[m.Partition] = max(ends[m.Partition], m.Offset+1)
+	}
+	return recs, ends
+}
+
 // BenchmarkChangelogOverhead runs the attribution chain (Pebble state) over
 // the same 100,000-record, 8-partition topic as one group member, with and
 // without a changelog, from the group's join to the commit of every
@@ -50,16 +67,7 @@ func BenchmarkChangelogOverhead(b *testing.B) {
 	wc := wl.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Seed = 100_000, partitions, 5
 	wc.MaxRecordBytes = 16 << 10
-	recs := wl.Generate(wc)
-	msgs := make([]*sarama.ProducerMessage, len(recs))
-	for i, r := range recs {
-		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
-	}
-	br.Produce(b, topic, msgs...)
-	ends := map[int32]int64{}
-	for _, m := range msgs {
-		ends[m.Partition] = max(ends[m.Partition], m.Offset+1)
-	}
+	recs, ends := produceGenerated(b, br, topic, wc)
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = wc.MaxRecordBytes
 	for _, withChangelog := range []bool{false, true} {

@@ -128,8 +128,8 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) validateFields() error {
-	if len(c.Brokers) == 0 {
-		return errors.New("kafka: Config.Brokers is empty: name at least one bootstrap broker as host:port")
+	if err := needBrokers("Config", c.Brokers); err != nil {
+		return err
 	}
 	for _, b := range c.Brokers {
 		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
@@ -281,12 +281,7 @@ func warnInsecure(log *slog.Logger, sc *sarama.Config) {
 	}
 }
 
-func (c *Config) logger() *slog.Logger {
-	if c.Logger != nil {
-		return c.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func (c *Config) logger() *slog.Logger { return orDiscard(c.Logger) }
 
 func (c *Config) probeInterval() time.Duration {
 	if c.ProbeInterval == 0 {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
 	wl "github.com/differential-dev/differential/internal/workload"
@@ -62,16 +60,7 @@ func BenchmarkGuarantee(b *testing.B) {
 	wc.Records, wc.Partitions, wc.Seed = 100_000, partitions, 1
 	wc.Users, wc.ZipfS, wc.HotPartitions, wc.HotFrac = 10_000, 1.1, 2, 0.5
 	wc.MaxRecordBytes = 16 << 10
-	recs := wl.Generate(wc)
-	msgs := make([]*sarama.ProducerMessage, len(recs))
-	for i, r := range recs {
-		msgs[i] = &sarama.ProducerMessage{Key: sarama.ByteEncoder(r.Key), Value: sarama.ByteEncoder(r.Value), Timestamp: r.Timestamp}
-	}
-	br.Produce(b, topic, msgs...)
-	ends := map[int32]int64{}
-	for _, m := range msgs {
-		ends[m.Partition] = max(ends[m.Partition], m.Offset+1)
-	}
+	recs, ends := produceGenerated(b, br, topic, wc)
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = wc.MaxRecordBytes
 	for _, interval := range []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second} {

@@ -2,13 +2,11 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/kafka"
 )
 
@@ -27,21 +26,11 @@ const waitTimeout = 60 * time.Second
 
 // Test records have values "type|eventTimeSeconds", as in the chain's own
 // tests.
-var base = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+var base = testutil.Base
 
 var stageTypes = []string{"click", "install", "purchase"}
 
-var decoder = chain.DecoderFunc(func(r *chain.Record) (chain.Decoded, error) {
-	typ, secs, ok := strings.Cut(string(r.Value), "|")
-	if !ok {
-		return chain.Decoded{}, errors.New("no separator")
-	}
-	n, err := strconv.Atoi(secs)
-	if err != nil {
-		return chain.Decoded{}, fmt.Errorf("bad time: %w", err)
-	}
-	return chain.Decoded{Type: typ, Time: base.Add(time.Duration(n) * time.Second)}, nil
-})
+var decoder = testutil.Decoder
 
 // workload is a test input: record i goes to partition i % partitions (so
 // at offset i / partitions of a fresh topic) with the value "type|seconds";

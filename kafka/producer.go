@@ -55,36 +55,9 @@ func RetryBackoff(n, _ int) time.Duration {
 	return min(100*time.Millisecond<<min(n, 4), time.Second)
 }
 
-// idempotent copies base into the configuration of an idempotent producer
-// on a client of its own: the client id gets suffix, the metrics go to reg
-// (when given), the protocol version is at least minVersion, acks=all with
-// one open request per connection (retries neither duplicate nor reorder),
-// the retry budget at least DefaultProducerRetries, and successes and errors
-// are returned. The Producer and the Transactor both start from it.
-func idempotent(base *sarama.Config, suffix string, reg metrics.Registry, minVersion sarama.KafkaVersion) sarama.Config {
-	sc := *base
-	if sc.ClientID == "" || sc.ClientID == "sarama" {
-		sc.ClientID = "differential"
-	}
-	sc.ClientID += suffix
-	if reg != nil {
-		sc.MetricRegistry = reg
-	}
-	if !sc.Version.IsAtLeast(minVersion) {
-		sc.Version = minVersion
-	}
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Retry.Max = max(sc.Producer.Retry.Max, DefaultProducerRetries)
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
-	return sc
-}
-
 func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
-	if len(c.Brokers) == 0 {
-		return nil, errors.New("kafka: ProducerConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	if err := needBrokers("ProducerConfig", c.Brokers); err != nil {
+		return nil, err
 	}
 	base, err := secured(c.Sarama, c.Security)
 	if err != nil {
@@ -110,7 +83,7 @@ func (c *ProducerConfig) saramaConfig() (*sarama.Config, error) {
 //
 // Produce and Close may be called from any goroutine.
 type Producer struct {
-	ap  sarama.AsyncProducer
+	out *ackedProducer
 	log *slog.Logger
 
 	// A message the brokers refused for its size may have been refused
@@ -124,13 +97,6 @@ type Producer struct {
 		p sarama.SyncProducer
 	}
 	resends sync.WaitGroup
-
-	// mu is held for reading while Produce sends to the producer's input,
-	// and for writing by Close, so no send races the input's closing.
-	mu     sync.RWMutex
-	closed bool
-
-	readers sync.WaitGroup // the Successes and Errors readers
 }
 
 // ackGroup is one Produce call: carried in every message's Metadata, it
@@ -159,45 +125,42 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := orDiscard(cfg.Logger)
 	warnInsecure(log, sc)
 	ap, err := sarama.NewAsyncProducer(cfg.Brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
-	p := &Producer{ap: ap, log: log, brokers: cfg.Brokers, sc: sc}
-	p.readers.Go(func() {
-		for m := range ap.Successes() {
-			if g, ok := m.Metadata.(*ackGroup); ok {
-				g.ack(nil)
-			}
+	p := &Producer{log: log, brokers: cfg.Brokers, sc: sc}
+	p.out = newAckedProducer(ap, func(m *sarama.ProducerMessage) {
+		if g, ok := m.Metadata.(*ackGroup); ok {
+			g.ack(nil)
 		}
-	})
-	p.readers.Go(func() {
-		for pe := range ap.Errors() {
-			if g, ok := pe.Msg.Metadata.(*ackGroup); ok {
-				switch {
-				case refusedAlone(pe.Err):
-					// The chain dead-letters such a message minimal instead
-					// of failing its partition (chain.ProduceDeadLetter).
-					g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
-				case tooLarge(pe.Err):
-					// Nothing of the refused batch was written: sending
-					// the message again duplicates nothing.
-					msg := pe.Msg
-					p.resends.Go(func() { g.ack(p.sendAlone(msg)) })
-				default:
-					g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
-				}
-			} else {
-				p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
-			}
-		}
-	})
+	}, p.failed)
 	return p, nil
+}
+
+// failed fails the Produce call of a message the brokers refused, or sends
+// it again alone when its batch may have been refused for its size.
+func (p *Producer) failed(pe *sarama.ProducerError) {
+	g, ok := pe.Msg.Metadata.(*ackGroup)
+	if !ok {
+		p.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
+		return
+	}
+	switch {
+	case refusedAlone(pe.Err):
+		// The chain dead-letters such a message minimal instead
+		// of failing its partition (chain.ProduceDeadLetter).
+		g.ack(fmt.Errorf("kafka: produce to %s: %w: %w", pe.Msg.Topic, chain.ErrMessageTooLarge, pe.Err))
+	case tooLarge(pe.Err):
+		// Nothing of the refused batch was written: sending
+		// the message again duplicates nothing.
+		msg := pe.Msg
+		p.resends.Go(func() { g.ack(p.sendAlone(msg)) })
+	default:
+		g.ack(fmt.Errorf("kafka: produce to %s: %w", pe.Msg.Topic, pe.Err))
+	}
 }
 
 // refusedAlone reports whether err refuses one message for its own size:
@@ -260,25 +223,14 @@ func (p *Producer) Produce(ctx context.Context, msgs []chain.Message, done func(
 	}
 	g := &ackGroup{done: done}
 	g.remaining.Store(int64(len(msgs)))
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
+	i, err := p.out.sendAll(ctx, len(msgs), func(i int) *sarama.ProducerMessage { return toProducerMessage(&msgs[i], g) })
+	switch {
+	case errors.Is(err, ErrProducerClosed):
 		g.ack(ErrProducerClosed)
-		return
-	}
-	for i := range msgs {
-		if ctx.Err() != nil {
-			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w", msgs[i].Topic, ctx.Err()))
-			return
-		}
-		select {
-		case p.ap.Input() <- toProducerMessage(&msgs[i], g):
-		case <-ctx.Done():
-			// Not handed over: fail the call (done runs once, with the
-			// first error; acknowledgements of what was sent are ignored).
-			g.ack(fmt.Errorf("kafka: produce to %s: not handed over: %w", msgs[i].Topic, ctx.Err()))
-			return
-		}
+	case err != nil:
+		// Not handed over: fail the call (done runs once, with the
+		// first error; acknowledgements of what was sent are ignored).
+		g.ack(fmt.Errorf("kafka: produce to %s: %w", msgs[i].Topic, err))
 	}
 }
 
@@ -303,17 +255,9 @@ func toProducerMessage(m *chain.Message, g *ackGroup) *sarama.ProducerMessage {
 // acknowledged or failed (every done has run), then closes the client.
 // Produce after Close calls done(ErrProducerClosed). Close is idempotent.
 func (p *Producer) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.out.close() {
 		return nil
 	}
-	p.closed = true
-	p.mu.Unlock()
-	// AsyncClose, not Close: sarama's Close reads Errors itself, and the
-	// readers must see every error to call its done.
-	p.ap.AsyncClose()
-	p.readers.Wait()
 	p.resends.Wait()
 	p.alone.Lock()
 	defer p.alone.Unlock()

@@ -68,8 +68,8 @@ func TransactionalID(group, instance string) string {
 }
 
 func (c *TransactorConfig) saramaConfig() (*sarama.Config, error) {
-	if len(c.Brokers) == 0 {
-		return nil, errors.New("kafka: TransactorConfig.Brokers is empty: name at least one bootstrap broker as host:port")
+	if err := needBrokers("TransactorConfig", c.Brokers); err != nil {
+		return nil, err
 	}
 	if c.TransactionalID == "" {
 		return nil, errors.New("kafka: TransactorConfig.TransactionalID is required")
@@ -178,10 +178,7 @@ func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := orDiscard(cfg.Logger)
 	warnInsecure(log, sc)
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
@@ -237,29 +234,24 @@ func (t *Transactor) startProducer() error {
 		return err
 	}
 	reads := &sync.WaitGroup{}
-	reads.Go(func() {
-		for m := range ap.Successes() {
-			switch w := m.Metadata.(type) {
-			case *txnSend:
-				w.resolve(nil, t.now())
-				w.g.ack(nil)
-			case *appendWaiter:
-				w.ack(m.Offset, nil)
-			}
+	readAcks(reads, ap, func(m *sarama.ProducerMessage) {
+		switch w := m.Metadata.(type) {
+		case *txnSend:
+			w.resolve(nil, t.now())
+			w.g.ack(nil)
+		case *appendWaiter:
+			w.ack(m.Offset, nil)
 		}
-	})
-	reads.Go(func() {
-		for pe := range ap.Errors() {
-			err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
-			switch w := pe.Msg.Metadata.(type) {
-			case *txnSend:
-				w.resolve(pe.Err, t.now())
-				w.g.ack(err)
-			case *appendWaiter:
-				w.ack(-1, err)
-			default:
-				t.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
-			}
+	}, func(pe *sarama.ProducerError) {
+		err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
+		switch w := pe.Msg.Metadata.(type) {
+		case *txnSend:
+			w.resolve(pe.Err, t.now())
+			w.g.ack(err)
+		case *appendWaiter:
+			w.ack(-1, err)
+		default:
+			t.log.Error("produce failed", "topic", pe.Msg.Topic, "err", pe.Err)
 		}
 	})
 	t.ap, t.reads = ap, reads

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // TestBenchCeilingIsHidden: the child command of bench's ceilings is not
@@ -26,7 +27,7 @@ func TestBenchCeilingIsHidden(t *testing.T) {
 		{"", "no spec on stdin"},
 		{`{"kind":"noop"}`, `kind: want "raw" or "noop_chain", got "noop"`},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		code := cli(context.Background(), []string{benchCeilingName}, &env{stdout: &stdout, stderr: &stderr, stdin: strings.NewReader(c.stdin)})
 		require.Equal(t, exitUsage, code, stderr.String())
 		require.Contains(t, stderr.String(), "differential bench-ceiling: bench: ceiling spec: ")
@@ -49,7 +50,7 @@ func TestBenchBinaryRunsCeilingsInChildProcesses(t *testing.T) {
 		args = append(args, "--brokers", env)
 	}
 	cmd := exec.Command(bin, args...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), tail(stderr.String()))
 	require.Contains(t, stdout.String(), "raw consumer (own process: its cpu, its heap)")
@@ -63,17 +64,15 @@ func TestBenchBinaryRunsCeilingsInChildProcesses(t *testing.T) {
 	require.Len(t, ws, 1)
 	w := ws[0]
 	require.JSONEq(t, `"child process"`, string(w["ceiling_method"]))
-	for _, k := range []string{"ratio_noop_raw", "ratio_noop_raw_in_process"} {
-		var r float64
-		require.NoError(t, json.Unmarshal(w[k], &r), k)
-		require.Positive(t, r, k)
-	}
-	for k, n := range map[string]int{"noop_raw_pairs": 10, "noop_raw_pairs_in_process": 10, "noop_raw_balanced": 5, "noop_raw_balanced_in_process": 5} {
+	var r float64
+	require.NoError(t, json.Unmarshal(w["ratio_noop_raw"], &r))
+	require.Positive(t, r)
+	for k, n := range map[string]int{"noop_raw_pairs": 10, "noop_raw_balanced": 5} {
 		var q []float64
 		require.NoError(t, json.Unmarshal(w[k], &q), k)
 		require.Len(t, q, n, k)
 	}
-	for k, own := range map[string]bool{"raw": true, "noop_chain": true, "raw_in_process": false, "noop_chain_in_process": false} {
+	for k, own := range map[string]bool{"raw": true, "noop_chain": true} {
 		var d struct {
 			Records    int  `json:"records"`
 			OwnProcess bool `json:"own_process"`

@@ -44,12 +44,10 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.Workers, "workers", 0, "cap W on records in processing at once, both designs (default 64)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "workload seed (default 1)")
 	fs.Var(durationValue{&o.CostMedian}, "cost-median", "median simulated per-record cost of A and C, a `duration` (default 1ms)")
-	fs.StringVar(&o.CostWait, "cost-wait", "", "how every design's simulated costs wait: kick (a Go timer woken on time by a shared Linux timerfd; the idle runtime's poller sleeps in whole milliseconds) or timer (the Go timer alone) (default "+bench.DefaultCostWait+")")
 	fs.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, about a minute)")
 	fs.BoolVar(&o.FullGrid, "full-grid", false, "run workload C over all nine partitions × workers points, not only P = W")
 	fs.IntVar(&o.Repeats, "repeats", 0, "runs of the chain and both baselines, alternating; the median is reported (default 1)")
 	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this `file` (its folder is created)")
-	fs.StringVar(&o.SVGPath, "svg", "", "write the SVG charts to this `file` (its folder is created)")
 	fs.Var(intListValue{&o.SweepBatchSizes}, "sweep", "batch `sizes` the strongest micro-batch is measured at (default 500,2000,8000,32000; --quick 500,4000)")
 	fs.IntVar(&o.BatchSize, "batch-size", 0, "micro-batch baseline: its poll size in records (default 500)")
 	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "micro-batch baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
@@ -135,18 +133,11 @@ func checkBenchOptions(o *bench.Options) error {
 		return usagef("--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)
 	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
 		return usagef("--store must be pebble or memory, got %q", o.Store)
-	case o.CostWait != "" && !slices.Contains(bench.CostWaits, o.CostWait):
-		if o.CostWait == bench.CostWaitKick {
-			return usagef("--cost-wait kick needs Linux's timerfd; use --cost-wait timer on this platform")
-		}
-		return usagef("--cost-wait must be %s, got %q", strings.Join(bench.CostWaits, " or "), o.CostWait)
 	}
-	// The report's files: their folders are created (a fresh clone has no
+	// The report's file: its folder is created (a fresh clone has no
 	// bench/results) and checked writable before minutes of measuring.
-	for _, f := range []struct{ flag, path string }{{"json", o.JSONPath}, {"svg", o.SVGPath}} {
-		if err := bench.CheckWritable(f.path); err != nil {
-			return usagef("--%s: %v", f.flag, err)
-		}
+	if err := bench.CheckWritable(o.JSONPath); err != nil {
+		return usagef("--json: %v", err)
 	}
 	return nil
 }
@@ -197,9 +188,6 @@ func checkCostOptions(o *bench.Options) error {
 		if strings.ToUpper(w) == "C" {
 			return usagef("--workloads: the exactly-once cost table runs A and B, not C")
 		}
-	}
-	if o.SVGPath != "" {
-		return usagef("--svg: the exactly-once cost table draws no charts (--json has every cell)")
 	}
 	for i, g := range o.Guarantees {
 		if !slices.Contains(bench.Guarantees, g) {

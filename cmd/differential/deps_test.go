@@ -9,8 +9,9 @@ import (
 
 // testOnly are the module's packages that only tests use: the fault suite,
 // the end-to-end tests, the test brokers, the OTLP receiver, the
-// certificates and the chain tester. The embedded broker that demo runs
-// (internal/embedded, kfake) is a feature and is not listed.
+// certificates, the shared test helpers and the chain tester. The embedded
+// broker that demo runs (internal/embedded, kfake) is a feature and is not
+// listed.
 var testOnly = []string{
 	"chain/chaintest",
 	"internal/chaos",
@@ -18,6 +19,7 @@ var testOnly = []string{
 	"internal/otlptest",
 	"internal/testbroker",
 	"internal/testcerts",
+	"internal/testutil",
 }
 
 // TestBinaryLinksNoTestCode: the binary's dependencies (go list -deps of
@@ -59,6 +61,43 @@ func TestBinaryLinksNoTestCode(t *testing.T) {
 	}
 	if pkgs < 10 {
 		t.Fatalf("go list -deps listed %d packages; expected the binary's whole graph:\n%s", pkgs, out)
+	}
+}
+
+// engine are the packages an embedding program imports; harness are the
+// benchmark's and the workload generator's, which the binary links for
+// `differential bench` but the engine must not.
+var (
+	engine  = []string{"./buffer/...", "./chain/...", "./commit/...", "./kafka/...", "./store/...", "./processors/..."}
+	harness = []string{"bench", "bench/microbatch", "internal/workload", "internal/cluster", "internal/embedded"}
+)
+
+// TestEngineImportsNoHarness: no engine package (test files excluded)
+// depends on the benchmark, the workload generator or the embedded broker.
+func TestEngineImportsNoHarness(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the engine's packages: %v", err)
+	}
+	module := modulePath(t, gobin)
+	cmd := exec.Command(gobin, append([]string{"list", "-deps"}, engine...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderrOf(err))
+	}
+	var pkgs int
+	for line := range strings.Lines(string(out)) {
+		pkg := strings.TrimSpace(line)
+		pkgs++
+		for _, h := range harness {
+			if pkg == module+"/"+h {
+				t.Errorf("an engine package depends on %s", pkg)
+			}
+		}
+	}
+	if pkgs < 10 {
+		t.Fatalf("go list -deps listed %d packages; expected the engine's whole graph:\n%s", pkgs, out)
 	}
 }
 

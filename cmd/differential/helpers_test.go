@@ -25,6 +25,7 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/attribution/reference"
@@ -32,31 +33,12 @@ import (
 
 const waitTimeout = 60 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writers a command has
-// (loggers, progress, the report).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runCLI runs one command to completion in-process.
 func runCLI(t *testing.T, h hooks, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	code = cli(ctx, args, &env{stdout: &out, stderr: &errb, hooks: h})
 	return code, out.String(), errb.String()
 }
@@ -66,7 +48,7 @@ type proc struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	code     int
-	out, err syncBuffer
+	out, err testutil.SyncBuffer
 	// logged is closed when a line of stderr contains the match given to
 	// startCLIWatching.
 	logged chan struct{}

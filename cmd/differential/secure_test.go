@@ -20,6 +20,7 @@ import (
 	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/kfetch"
 	"github.com/differential-dev/differential/internal/testcerts"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
@@ -252,7 +253,7 @@ func runWithEnv(t *testing.T, lookup func(string) (string, bool), args ...string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	code = cli(ctx, args, &env{stdout: &out, stderr: &errb, lookupEnv: lookup})
 	return code, out.String(), errb.String()
 }

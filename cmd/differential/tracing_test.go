@@ -12,6 +12,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/otelx"
 	"github.com/differential-dev/differential/internal/otlptest"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 const journeyTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -202,7 +203,7 @@ func TestTracingSettings(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, []string{"--otlp-endpoint", "http://h:4318"}, `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": differential exports OTLP over HTTP only`},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "5"}, nil, `OTEL_TRACES_SAMPLER_ARG="5"`},
 	} {
-		var out, errb syncBuffer
+		var out, errb testutil.SyncBuffer
 		code := cli(context.Background(), append([]string{"run", b}, tc.args...), &env{stdout: &out, stderr: &errb,
 			lookupEnv: func(k string) (string, bool) { v, ok := tc.vars[k]; return v, ok }})
 		errs := errb.String()

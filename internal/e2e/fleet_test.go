@@ -134,6 +134,55 @@ type fleet struct {
 	extra []string
 }
 
+// newFleet is a fleet of no member yet on a fresh broker (testbroker.New):
+// its input and output topics of partitions partitions and a one-partition
+// dead-letter topic, a group named after name, the idempotent producer of
+// its input and the reader of its outputs (read_committed when
+// exactlyOnce), both stopped when the test ends, and on a real broker the
+// group's changelog deleted then. Every member runs bin with extra after
+// the fleet's own flags. The caller sets cfg, the model's configuration.
+func newFleet(t *testing.T, bin, name string, partitions int, assignor string, exactlyOnce bool, extra ...string) *fleet {
+	t.Helper()
+	b := testbroker.New(t)
+	f := &fleet{b: b, bin: bin, in: b.Topic(t, int32(partitions)), out: b.Topic(t, int32(partitions)), dlq: b.Topic(t, 1),
+		group: testbroker.Name(t, name), partitions: partitions, assignor: assignor,
+		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(),
+		exactlyOnce: exactlyOnce, exits: make(chan struct{}, 1), extra: extra}
+	if b.Real() {
+		t.Cleanup(func() { deleteChangelogs(b, f.in, f.group) })
+	}
+	pcfg := b.Config()
+	pcfg.Producer.Idempotent = true
+	pcfg.Net.MaxOpenRequests = 1
+	var err error
+	f.producer, err = sarama.NewSyncProducer(b.Addrs(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.producer.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.outputs = consumeOutputs(t, ctx, b, f.out, partitions, exactlyOnce)
+	return f
+}
+
+// growToThree is how the fleet tests begin: member a alone over slices 0
+// and 1 of the input, then b and c join while slices 2 and 3 stream in;
+// each step waits until the outputs are covered to within margin.
+func (f *fleet) growToThree(t *testing.T, slice func(int) []workload.Record, margin int64) (a, b, c *member) {
+	t.Helper()
+	f.produce(t, slice(0))
+	f.produce(t, slice(1))
+	a = f.start(t, "a")
+	f.waitCovered(t, margin, "a alone")
+	b = f.start(t, "b")
+	c = f.start(t, "c")
+	f.produce(t, slice(2))
+	f.waitStarted(t, b)
+	f.waitStarted(t, c)
+	f.produce(t, slice(3))
+	f.waitCovered(t, margin, "a, b, c")
+	return a, b, c
+}
+
 func (f *fleet) start(t *testing.T, name string) *member {
 	t.Helper()
 	level := "info"
@@ -392,19 +441,7 @@ func TestExactlyOnceFleet(t *testing.T) {
 
 func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	const partitions = 8
-	b := testbroker.New(t)
-	f := &fleet{b: b, bin: buildCLI(t), in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
-		group: testbroker.Name(t, "fleet"), partitions: partitions, assignor: assignor,
-		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(), exactlyOnce: exactlyOnce,
-		exits: make(chan struct{}, 1)}
-	if b.Real() {
-		t.Cleanup(func() {
-			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
-				_ = admin.DeleteTopic(kafka.ChangelogTopic(f.group, f.in))
-				_ = admin.Close()
-			}
-		})
-	}
+	f := newFleet(t, buildCLI(t), "fleet", partitions, assignor, exactlyOnce)
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users, wc.Seed = 40_000, partitions, 2000, 123
 	// A month before the default start: late records run days past the
@@ -417,32 +454,9 @@ func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	f.cfg.IdleTimeout = 10 * time.Minute // the fleet's --idle-timeout, for the model's horizons
 	recs := workload.Generate(wc)
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }
-	pcfg := b.Config()
-	pcfg.Producer.Idempotent = true
-	pcfg.Net.MaxOpenRequests = 1
-	var err error
-	f.producer, err = sarama.NewSyncProducer(b.Addrs(), pcfg)
-	require.NoError(t, err)
-	defer f.producer.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.outputs = consumeOutputs(t, ctx, b, f.out, partitions, exactlyOnce)
 	const margin = 300
 
-	// One member, the first fifth of the input.
-	f.produce(t, slice(0))
-	f.produce(t, slice(1))
-	a := f.start(t, "a")
-	f.waitCovered(t, margin, "a alone")
-
-	// Two members join while input streams in.
-	bm := f.start(t, "b")
-	c := f.start(t, "c")
-	f.produce(t, slice(2))
-	f.waitStarted(t, bm)
-	f.waitStarted(t, c)
-	f.produce(t, slice(3))
-	f.waitCovered(t, margin, "a, b, c")
+	a, bm, c := f.growToThree(t, slice, margin)
 
 	// b leaves cleanly.
 	f.stop(t, bm)
@@ -502,8 +516,8 @@ func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
 	f.stop(t, a)
 	f.stop(t, d)
 	if exactlyOnce {
-		b.WaitStable(t, f.out)
-		b.WaitStable(t, f.dlq)
+		f.b.WaitStable(t, f.out)
+		f.b.WaitStable(t, f.dlq)
 	}
 	f.verify(t)
 }

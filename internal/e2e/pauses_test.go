@@ -11,7 +11,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
@@ -236,28 +235,10 @@ func TestScaleOutWithPausesNoConflictingDuplicates(t *testing.T) {
 	for _, g := range []string{"at-least-once", "exactly-once"} {
 		t.Run(g, func(t *testing.T) {
 			const partitions = 4
-			b := testbroker.New(t)
-			f := &fleet{b: b, bin: buildCLI(t), in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
-				group: testbroker.Name(t, "pauses-fleet"), partitions: partitions, assignor: "sticky",
-				parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(),
-				exactlyOnce: g == "exactly-once", exits: make(chan struct{}, 1),
-				// After the fleet's own --idle-timeout: the last one counts.
-				extra: []string{"--idle-timeout", pauseIdle.String()}}
-			if b.Real() {
-				t.Cleanup(func() { deleteChangelogs(b, f.in, f.group) })
-			}
+			// After the fleet's own --idle-timeout: the last one counts.
+			f := newFleet(t, buildCLI(t), "pauses-fleet", partitions, "sticky", g == "exactly-once", "--idle-timeout", pauseIdle.String())
 			recs, cfg := pausedInput(f.in, partitions)
 			f.cfg = cfg
-			pcfg := b.Config()
-			pcfg.Producer.Idempotent = true
-			pcfg.Net.MaxOpenRequests = 1
-			var err error
-			f.producer, err = sarama.NewSyncProducer(b.Addrs(), pcfg)
-			require.NoError(t, err)
-			defer f.producer.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			f.outputs = consumeOutputs(t, ctx, b, f.out, partitions, f.exactlyOnce)
 
 			bs := bursts(recs)
 			a := f.start(t, "a")
@@ -289,8 +270,8 @@ func TestScaleOutWithPausesNoConflictingDuplicates(t *testing.T) {
 				f.stop(t, m)
 			}
 			if f.exactlyOnce {
-				b.WaitStable(t, f.out)
-				b.WaitStable(t, f.dlq)
+				f.b.WaitStable(t, f.out)
+				f.b.WaitStable(t, f.dlq)
 			}
 			f.verify(t)
 		})

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -12,11 +11,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
-	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/internal/workload"
-	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
@@ -37,23 +33,11 @@ const soakIdle = 10 * time.Minute
 
 // newSoakFleet is testFleet's set-up with a late-heavy workload and
 // --lateness soakLateness.
-func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []workload.Record, func()) {
+func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []workload.Record) {
 	t.Helper()
-	b := testbroker.New(t)
-	f := &fleet{b: b, bin: bin, in: b.Topic(t, int32(partitions)), out: b.Topic(t, int32(partitions)), dlq: b.Topic(t, 1),
-		group: testbroker.Name(t, "soak"), partitions: partitions, assignor: "sticky",
-		parts: make([][]chain.Record, partitions), members: map[string]*member{}, dirs: t.TempDir(),
-		exits: make(chan struct{}, 1), extra: []string{"--lateness", soakLateness.String(), "--idle-timeout", soakIdle.String()}}
 	// DIFFERENTIAL_SOAK_FLAGS: more `run` flags, e.g. "--key-concurrency 8".
-	f.extra = append(f.extra, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_FLAGS"))...)
-	if b.Real() {
-		t.Cleanup(func() {
-			if admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config()); err == nil {
-				_ = admin.DeleteTopic(kafka.ChangelogTopic(f.group, f.in))
-				_ = admin.Close()
-			}
-		})
-	}
+	extra := append([]string{"--lateness", soakLateness.String(), "--idle-timeout", soakIdle.String()}, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_FLAGS"))...)
+	f := newFleet(t, bin, "soak", partitions, "sticky", false, extra...)
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, partitions, 3000, 77
 	wc.Start = wc.Start.AddDate(0, -1, 0)
@@ -63,16 +47,7 @@ func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []
 	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
 	f.cfg.Lateness = soakLateness
 	f.cfg.IdleTimeout = soakIdle // the members' --idle-timeout, for the model's horizons
-	recs := workload.Generate(wc)
-	pcfg := b.Config()
-	pcfg.Producer.Idempotent = true
-	pcfg.Net.MaxOpenRequests = 1
-	var err error
-	f.producer, err = sarama.NewSyncProducer(b.Addrs(), pcfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	f.outputs = consumeOutputs(t, ctx, b, f.out, partitions, false)
-	return f, recs, func() { cancel(); _ = f.producer.Close() }
+	return f, workload.Generate(wc)
 }
 
 // metaWatch samples the group's committed metadata and counts the commits
@@ -215,23 +190,12 @@ func TestSoakKeyGateFleet(t *testing.T) {
 		t.Skip("set " + envSoak + "=1 (and DIFFERENTIAL_TEST_BROKERS) to run the soak")
 	}
 	const partitions, records, slices = 16, 48_000, 12
-	f, recs, done := newSoakFleet(t, partitions, records, buildCLI(t))
-	defer done()
+	f, recs := newSoakFleet(t, partitions, records, buildCLI(t))
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
 	w := watchMetadata(t, f)
 	const margin = 400
 
-	f.produce(t, slice(0))
-	f.produce(t, slice(1))
-	a := f.start(t, "a")
-	f.waitCovered(t, margin, "a alone")
-	b := f.start(t, "b")
-	c := f.start(t, "c")
-	f.produce(t, slice(2))
-	f.waitStarted(t, b)
-	f.waitStarted(t, c)
-	f.produce(t, slice(3))
-	f.waitCovered(t, margin, "a, b, c")
+	a, b, c := f.growToThree(t, slice, margin)
 
 	// Clean stops mid-stream, each right after a slice was sent, and a
 	// new member each time.
@@ -276,7 +240,7 @@ func TestSoakKeyGateFleet(t *testing.T) {
 // are given; a 12-partition fleet of 24,000 records whose members run the
 // old binary (oldBin), the input cut into slices slices (slice(i)), and
 // this binary built (newBin).
-func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []workload.Record, oldBin, newBin string, done func()) {
+func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []workload.Record, oldBin, newBin string) {
 	t.Helper()
 	old := os.Getenv("DIFFERENTIAL_OLD_BIN")
 	if os.Getenv(envSoak) != "1" || old == "" {
@@ -284,9 +248,9 @@ func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []wor
 	}
 	const partitions, records = 12, 24_000
 	newBin = buildCLI(t)
-	f, recs, done := newSoakFleet(t, partitions, records, old)
+	f, recs := newSoakFleet(t, partitions, records, old)
 	slice = func(i int) []workload.Record { return recs[i*len(recs)/slices : (i+1)*len(recs)/slices] }
-	return f, slice, old, newBin, done
+	return f, slice, old, newBin
 }
 
 // TestSoakUpgradeDowngrade runs one member on one state directory: the
@@ -296,8 +260,7 @@ func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []wor
 // output against the model.
 func TestSoakUpgradeDowngrade(t *testing.T) {
 	const slices = 12
-	f, slice, old, newBin, done := newOldBinarySoak(t, slices)
-	defer done()
+	f, slice, old, newBin := newOldBinarySoak(t, slices)
 	const margin = 400
 
 	f.produce(t, slice(0))
@@ -384,8 +347,7 @@ func TestSoakUpgradeDowngrade(t *testing.T) {
 // joins, then leaves cleanly: its partitions go back to old members.
 func TestSoakMixedFleet(t *testing.T) {
 	const slices = 8
-	f, slice, _, newBin, done := newOldBinarySoak(t, slices)
-	defer done()
+	f, slice, _, newBin := newOldBinarySoak(t, slices)
 	const margin = 400
 
 	f.produce(t, slice(0))

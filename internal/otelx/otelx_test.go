@@ -1,13 +1,11 @@
 package otelx_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/otelx"
 	"github.com/differential-dev/differential/internal/otlptest"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 const waitTimeout = 30 * time.Second
@@ -63,7 +62,7 @@ func TestExportFailureIsLogged(t *testing.T) {
 		http.Error(w, "no", http.StatusBadRequest) // not retried
 	}))
 	defer srv.Close()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	tp, err := otelx.NewProvider(context.Background(), otelx.Config{
 		Endpoint: srv.URL, SampleRatio: 1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -79,23 +78,6 @@ func TestExportFailureIsLogged(t *testing.T) {
 	require.NoError(t, tp.Shutdown(ctx))
 	require.Equal(t, 1, strings.Count(logs.String(), "tracing: spans not exported"), logs.String())
 	require.Contains(t, logs.String(), "spans=1")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestValidate(t *testing.T) {

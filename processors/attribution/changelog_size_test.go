@@ -35,7 +35,7 @@ func changelogBytesAfterHistory(t *testing.T, history int) int {
 	run := func(k int, e *attribution.Event, stream time.Time) {
 		ev := &chain.Event{Record: chain.Record{Topic: "events", Offset: off, Key: []byte(e.UserID)},
 			Decoded: chain.Decoded{Type: e.Type, Time: e.Time, Payload: e}}
-		pc := chain.NewTestContext(chain.TestContext{Topic: "events", Stage: names[k], Offset: off, StreamTime: stream,
+		pc := chain.NewContext(chain.ContextOptions{Topic: "events", Stage: names[k], Offset: off, StreamTime: stream,
 			EvictionWatermark: t0.Add(-24 * time.Hour), State: ps.Stage(k)})
 		skip, err := stages[k].Processor.(chain.Sequencer).Sequence(pc, ev)
 		require.NoError(t, err)

@@ -100,7 +100,7 @@ func newSim(t testing.TB, recs []chain.Record, cfg attribution.Config, sched sch
 func (m *sim) evictWM() time.Time { return m.s[m.st[len(m.st)-1].next] }
 
 func (m *sim) ctx(k, i int) *chain.Context {
-	return chain.NewTestContext(chain.TestContext{Topic: m.recs[i].Topic, Partition: m.recs[i].Partition,
+	return chain.NewContext(chain.ContextOptions{Topic: m.recs[i].Topic, Partition: m.recs[i].Partition,
 		Stage: m.stages[k].Name, Offset: m.recs[i].Offset, StreamTime: m.s[i], EvictionWatermark: m.evictWM(), State: m.store})
 }
 

@@ -72,7 +72,7 @@ func benchHistory(b *testing.B, typ string, history int) {
 	run := func(k int, e *attribution.Event, at time.Time) {
 		ev := &chain.Event{Record: chain.Record{Topic: "events", Offset: off, Key: []byte(e.UserID)},
 			Decoded: chain.Decoded{Type: e.Type, Time: e.Time, Payload: e}}
-		pc := chain.NewTestContext(chain.TestContext{Topic: "events", Stage: names[k], Offset: off, StreamTime: at,
+		pc := chain.NewContext(chain.ContextOptions{Topic: "events", Stage: names[k], Offset: off, StreamTime: at,
 			EvictionWatermark: t0.Add(-24 * time.Hour), State: ps.Stage(k)})
 		skip, err := stages[k].Processor.(chain.Sequencer).Sequence(pc, ev)
 		if err != nil {

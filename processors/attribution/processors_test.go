@@ -57,7 +57,7 @@ func (h *harness) run(ev *chain.Event, stream, evict time.Duration) (bool, []cha
 	if evict == noEvict {
 		wm = time.Time{}
 	}
-	pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: ev.Partition, Stage: s.Name, Offset: ev.Offset,
+	pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: ev.Partition, Stage: s.Name, Offset: ev.Offset,
 		StreamTime: t0.Add(stream), EvictionWatermark: wm, State: h.st})
 	skip, err := s.Processor.(chain.Sequencer).Sequence(pc, ev)
 	require.NoError(h.t, err)
@@ -228,7 +228,7 @@ func TestProcessorErrors(t *testing.T) {
 	s := h.stage("install")
 
 	// No store: a plain error from Process, Fatal from Sequence.
-	pc := chain.NewTestContext(chain.TestContext{Offset: 0})
+	pc := chain.NewContext(chain.ContextOptions{Offset: 0})
 	err := s.Processor.Process(context.Background(), pc, ev)
 	require.ErrorIs(t, err, chain.ErrNoStore)
 	assert.False(t, chain.IsFatal(err))
@@ -239,7 +239,7 @@ func TestProcessorErrors(t *testing.T) {
 	// Wrong payload: Fatal.
 	bad := *ev
 	bad.Payload = "x"
-	pc = chain.NewTestContext(chain.TestContext{State: h.st})
+	pc = chain.NewContext(chain.ContextOptions{State: h.st})
 	err = s.Processor.Process(context.Background(), pc, &bad)
 	assert.True(t, chain.IsFatal(err), "%v", err)
 
@@ -262,7 +262,7 @@ func TestProcessIsRepeatable(t *testing.T) {
 	ev := h.event(4, click("c1", "u1", 0, "A"))
 	s := h.stage("click")
 	for i := 0; i < 2; i++ {
-		pc := chain.NewTestContext(chain.TestContext{Offset: 4, StreamTime: t0, State: h.st})
+		pc := chain.NewContext(chain.ContextOptions{Offset: 4, StreamTime: t0, State: h.st})
 		require.NoError(t, s.Processor.Process(context.Background(), pc, ev))
 	}
 	assert.Len(t, h.snapshot().Clicks, 1)

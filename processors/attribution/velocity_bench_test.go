@@ -73,7 +73,7 @@ func BenchmarkStageProcessors(b *testing.B) {
 					for i, r := range recs {
 						if r.ev.Err == nil && st.Filter(&r.ev) {
 							handled++
-							pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: int32(p), Stage: st.Name,
+							pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: int32(p), Stage: st.Name,
 								Offset: r.ev.Offset, StreamTime: r.s, EvictionWatermark: r.s, State: ps.Stage(k)})
 							skip, err := st.Processor.(chain.Sequencer).Sequence(pc, &r.ev)
 							if err == nil && !skip {

@@ -45,7 +45,7 @@ func TestVelocityAlertAndRetry(t *testing.T) {
 	vp := attribution.VelocityOf(h.stages)
 	// run sequences and processes a click in the velocity stage.
 	run := func(ev *chain.Event, stream time.Duration) (bool, []chain.Message) {
-		pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: ev.Partition, Stage: attribution.StageVelocity,
+		pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: ev.Partition, Stage: attribution.StageVelocity,
 			Offset: ev.Offset, StreamTime: t0.Add(stream), State: h.st})
 		skip, err := vp.Sequence(pc, ev)
 		require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestVelocityAlertAndRetry(t *testing.T) {
 		Headers: []chain.Header{{Key: []byte(attribution.SourceHeader), Value: []byte("3/3")}}}}
 	require.Equal(t, want, out)
 
-	pc := chain.NewTestContext(chain.TestContext{Topic: "events", Partition: 3, Stage: attribution.StageVelocity, Offset: 3,
+	pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: 3, Stage: attribution.StageVelocity, Offset: 3,
 		StreamTime: t0.Add(2 * time.Minute), State: h.st})
 	require.NoError(t, vp.Process(context.Background(), pc, third))
 	require.Equal(t, want, pc.Emitted(), "a retried Process emits the same alert")

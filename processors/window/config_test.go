@@ -79,7 +79,7 @@ func TestAddErrors(t *testing.T) {
 	require.NoError(t, err)
 	st := newMemState()
 	pc := func(o int64) *chain.Context {
-		return chain.NewTestContext(chain.TestContext{Offset: o, State: st})
+		return chain.NewContext(chain.ContextOptions{Offset: o, State: st})
 	}
 	ctx := context.Background()
 	for _, bad := range []time.Time{{}, time.Unix(0, 0), time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2262, 4, 11, 23, 0, 0, 0, time.UTC), time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)} {

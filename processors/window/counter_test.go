@@ -138,7 +138,7 @@ func TestAddMatchesModel(t *testing.T) {
 			if !r.valid {
 				continue // the engine never hands an invalid record to Process
 			}
-			pc := chain.NewTestContext(chain.TestContext{Topic: "t", Partition: 0, Offset: int64(i),
+			pc := chain.NewContext(chain.ContextOptions{Topic: "t", Partition: 0, Offset: int64(i),
 				StreamTime: want[i].s, EvictionWatermark: ewm, State: st})
 			n, err := c.Add(context.Background(), pc, r.key, r.t)
 			require.NoError(t, err)
@@ -269,7 +269,7 @@ func TestBucketBoundaries(t *testing.T) {
 	st := newMemState()
 	got := make([]int64, len(cases))
 	for i := range cases {
-		pc := chain.NewTestContext(chain.TestContext{Offset: int64(i), StreamTime: want[i].s, State: st})
+		pc := chain.NewContext(chain.ContextOptions{Offset: int64(i), StreamTime: want[i].s, State: st})
 		got[i], err = c.Add(context.Background(), pc, "k", cases[i].t)
 		require.NoError(t, err)
 	}
