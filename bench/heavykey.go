@@ -296,25 +296,30 @@ func (r *heavyRun) run(ctx context.Context, recs []workload.Record) error {
 // pump lets every stage of hp process what the gate allows: the first
 // stage everything appended; stage k ≥ 1 the record at o with time t once
 // its leader's position is past o and, for a record it handles, its
-// leader's watermark S(next) > t + Lateness (idle: position only).
+// leader's watermark S(next) > t + Lateness (idle: position only, and the
+// record is processed as of the leader's position, Context.Horizon, as the
+// chain's idle release does).
 func (r *heavyRun) pump(hp *heavyPartition, idle bool) error {
 	end := int64(len(hp.evs))
 	for k := range r.stages {
 		for hp.next[k] < end {
 			o := hp.next[k]
 			ev := hp.evs[o]
+			var horizon int64 // none
 			if k > 0 {
 				lead := hp.next[k-1]
 				if lead <= o {
 					break
 				}
-				if ev != nil && r.stages[k].Filter(ev) && !idle &&
-					!hp.stream[lead].After(ev.Time.Add(r.cfg.Lateness)) {
-					break
+				if ev != nil && r.stages[k].Filter(ev) && !hp.stream[lead].After(ev.Time.Add(r.cfg.Lateness)) {
+					if !idle {
+						break
+					}
+					horizon = lead
 				}
 			}
 			if ev != nil {
-				if err := r.process(hp, k, ev); err != nil {
+				if err := r.process(hp, k, ev, horizon); err != nil {
 					return err
 				}
 			}
@@ -325,8 +330,9 @@ func (r *heavyRun) pump(hp *heavyPartition, idle bool) error {
 }
 
 // process runs ev through stage k if it accepts it: Sequence, then Process
-// unless it is a duplicate, timed on the thread's CPU clock.
-func (r *heavyRun) process(hp *heavyPartition, k int, ev *chain.Event) error {
+// unless it is a duplicate, timed on the thread's CPU clock; horizon is
+// Context.Horizon (0: none).
+func (r *heavyRun) process(hp *heavyPartition, k int, ev *chain.Event, horizon int64) error {
 	s := r.stages[k]
 	if !s.Filter(ev) {
 		return nil
@@ -334,7 +340,7 @@ func (r *heavyRun) process(hp *heavyPartition, k int, ev *chain.Event) error {
 	start := threadCPU()
 	o := ev.Offset
 	pc := chain.NewContext(chain.ContextOptions{Topic: "events", Partition: ev.Partition, Stage: s.Name,
-		Offset: o, StreamTime: hp.stream[o], EvictionWatermark: hp.stream[hp.next[len(r.stages)-1]], State: hp.ps.Stage(k)})
+		Offset: o, StreamTime: hp.stream[o], Horizon: horizon, EvictionWatermark: hp.stream[hp.next[len(r.stages)-1]], State: hp.ps.Stage(k)})
 	skip, err := s.Processor.(chain.Sequencer).Sequence(pc, ev)
 	if err != nil {
 		return fmt.Errorf("%s sequence at %d/%d: %w", s.Name, ev.Partition, o, err)
