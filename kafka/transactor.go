@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -60,6 +61,13 @@ type TransactorConfig struct {
 	// Registry, when set, becomes sarama's MetricRegistry. Default: the base's.
 	Registry metrics.Registry
 }
+
+// FencedMetric is the counter, in the Transactor's metric registry
+// (TransactorConfig.Registry), of the producer sessions replaced because
+// they were fenced: another producer initialised the same transactional id
+// (a second process with this one's state directory), or the transaction
+// coordinator aborted a transaction at its timeout and bumped the epoch.
+const FencedMetric = "differential.txn.fenced"
 
 // TransactionalID is the transactional id of a process of group whose
 // instance id is instance (kept in its state directory).
@@ -159,6 +167,12 @@ type Transactor struct {
 	// now is the clock of topicSizes (tests set another: export_test.go).
 	now func() time.Time
 
+	// fenced counts the producer sessions replaced because they were
+	// fenced (FencedMetric); sawFenced says the current session saw an
+	// error saying so.
+	fenced    metrics.Counter
+	sawFenced atomic.Bool
+
 	// faults are tests' (export_test.go): Commit fails with before's error
 	// just before CommitTxn (the transaction still open), or with after's
 	// once CommitTxn succeeded (as when EndTxn's response is lost). Under mu.
@@ -188,6 +202,11 @@ func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
 		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID), now: time.Now}
+	reg := sc.MetricRegistry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	t.fenced = metrics.GetOrRegisterCounter(FencedMetric, reg)
 	if err := retryStart(t.log, startAttempts, time.Second, t.startProducer); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: transactional producer %q: %w", cfg.TransactionalID, explainTxn(err))
@@ -250,6 +269,7 @@ func (t *Transactor) startProducer() error {
 	})
 	reads.Go(func() {
 		for pe := range ap.Errors() {
+			t.noteFenced(pe.Err)
 			err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
 			switch w := pe.Msg.Metadata.(type) {
 			case *txnSend:
@@ -264,7 +284,15 @@ func (t *Transactor) startProducer() error {
 	})
 	t.ap, t.reads = ap, reads
 	t.open = false
+	t.sawFenced.Store(false)
 	return nil
+}
+
+// noteFenced remembers that the current session was fenced, if err says so.
+func (t *Transactor) noteFenced(err error) {
+	if IsFenced(err) {
+		t.sawFenced.Store(true)
+	}
 }
 
 // track registers a send's failure callback until it resolves (untrack).
@@ -355,6 +383,7 @@ func (t *Transactor) beginLocked() error {
 		return nil
 	}
 	if err := t.ap.BeginTxn(); err != nil {
+		t.noteFenced(err)
 		return fmt.Errorf("kafka: begin transaction: %w: %w", chain.ErrTransaction, err)
 	}
 	t.open = true
@@ -525,6 +554,7 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 	}
 	for k, offs := range byMember {
 		if err := t.ap.AddOffsetsToTxnWithGroupMetadata(offs, metas[k]); err != nil {
+			t.noteFenced(err)
 			return fmt.Errorf("kafka: add offsets to the transaction (group %q, generation %d): %w", k.group, k.generation, err)
 		}
 	}
@@ -534,6 +564,7 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 		}
 	}
 	if err := t.ap.CommitTxn(); err != nil {
+		t.noteFenced(err)
 		return fmt.Errorf("kafka: commit transaction: %w", err)
 	}
 	// Committed: whatever ctx says now, the chain must not abort it.
@@ -640,10 +671,14 @@ func (t *Transactor) Abort(context.Context) error {
 			t.open = false
 			return nil
 		}
+		t.noteFenced(err)
 		t.log.Warn("aborting the transaction failed; starting a new producer session", "err", err, "fenced", IsFenced(err))
 	} else {
 		t.log.Warn("the transactional producer is fenced or failed for good; starting a new producer session (it fences any other producer with this transactional id)",
 			"status", st.String())
+	}
+	if t.sawFenced.Load() {
+		t.fenced.Inc(1)
 	}
 	t.retire()
 	if err := t.startProducer(); err != nil {
