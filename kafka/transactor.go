@@ -236,12 +236,28 @@ func retryStart(log *slog.Logger, bound, pause time.Duration, start func() error
 	}
 }
 
+// ErrNoTransactions is what a failed transactional producer start wraps
+// when the cluster cannot run transactions for this process: the
+// transaction state topic cannot exist (too few brokers for its replication
+// factor or min.isr), an ACL refuses the transactional id (or, on brokers
+// before 2.8, idempotent writes on the cluster), or the brokers are older
+// than the transactions the Transactor needs (Kafka 2.5, KIP-447). The
+// error names the fix; exactly-once mode cannot start until it is made.
+var ErrNoTransactions = errors.New("the cluster cannot run transactions")
+
 // explainTxn adds what to check to a failed transactional producer start.
 func explainTxn(err error) error {
-	if errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) {
-		return fmt.Errorf("%w (the brokers' transaction state topic may be unable to exist: check transaction.state.log.replication.factor and transaction.state.log.min.isr against the number of brokers)", err)
-	}
-	if errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
+	switch {
+	case errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable), errors.Is(err, sarama.ErrNotEnoughReplicas),
+		errors.Is(err, sarama.ErrNotEnoughReplicasAfterAppend):
+		return fmt.Errorf("%w: %w: no transaction coordinator: the brokers' transaction state topic (__transaction_state) cannot be created or has too few in-sync replicas: set transaction.state.log.replication.factor and transaction.state.log.min.isr to at most the number of brokers (both default to 3 and 2)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed):
+		return fmt.Errorf("%w: %w: an ACL refuses the transactional id: allow Write and Describe on it (kafka-acls.sh --add --allow-principal User:<principal> --operation Write --operation Describe --transactional-id <id>, or --resource-pattern-type prefixed with the group name)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrClusterAuthorizationFailed):
+		return fmt.Errorf("%w: %w: an ACL refuses idempotent writes: allow IdempotentWrite on the cluster (kafka-acls.sh --add --allow-principal User:<principal> --operation IdempotentWrite --cluster)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrUnsupportedVersion), errors.Is(err, sarama.ErrUnsupportedForMessageFormat):
+		return fmt.Errorf("%w: %w: the brokers are too old: exactly-once needs Kafka 2.5 or later (transactional offset commits fenced by the group generation, KIP-447)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrInvalidTransactionTimeout):
 		return fmt.Errorf("%w (the transaction timeout exceeds the brokers' transaction.max.timeout.ms)", err)
 	}
 	return err
