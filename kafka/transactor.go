@@ -69,6 +69,17 @@ type TransactorConfig struct {
 // coordinator aborted a transaction at its timeout and bumped the epoch.
 const FencedMetric = "differential.txn.fenced"
 
+// txnRetryBackoff is the transactional producer's pause before the retry
+// of a transaction request (sarama's Producer.Transaction.Retry): 5 ms,
+// doubling to at most sarama's 100 ms. The common retry is AddPartitionsToTxn
+// answered CONCURRENT_TRANSACTIONS right after the previous cycle's EndTxn,
+// while the coordinator still writes its markers, which takes a few ms; a
+// flat 100 ms held the cycle's first sends to a new partition that long.
+// With sarama's 50 retries the whole bound stays near its 5 s.
+func txnRetryBackoff(retries, _ int) time.Duration {
+	return min(5*time.Millisecond<<min(retries, 5), 100*time.Millisecond)
+}
+
 // TransactionalID is the transactional id of a process of group whose
 // instance id is instance (kept in its state directory).
 func TransactionalID(group, instance string) string {
@@ -92,6 +103,9 @@ func (c *TransactorConfig) saramaConfig() (*sarama.Config, error) {
 	// TxnOffsetCommit v3 carries the member's generation (KIP-447): 2.5.
 	sc := idempotent(base, "-transactions", c.Registry, sarama.V2_5_0_0)
 	sc.Producer.Transaction.ID = c.TransactionalID
+	if sc.Producer.Transaction.Retry.BackoffFunc == nil {
+		sc.Producer.Transaction.Retry.BackoffFunc = txnRetryBackoff
+	}
 	sc.Producer.Transaction.Timeout = DefaultTransactionTimeout
 	if c.Timeout > 0 {
 		sc.Producer.Transaction.Timeout = c.Timeout

@@ -67,7 +67,11 @@ func TestTransactorStartExplainsAClusterWithoutTransactions(t *testing.T) {
 		require.NoError(t, err)
 		c.Fake().ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 			c.Fake().KeepControl()
-			resp := kr.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+			req := kr.(*kmsg.InitProducerIDRequest)
+			if req.TransactionalID == nil {
+				return nil, nil, false
+			}
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 			resp.ErrorCode = tc.code
 			return resp, nil, true
 		})
@@ -99,4 +103,32 @@ func TestExplainTxn(t *testing.T) {
 	got := explainTxn(sarama.ErrInvalidTransactionTimeout)
 	require.NotErrorIs(t, got, ErrNoTransactions, "a timeout above the brokers' maximum is this process's configuration")
 	require.ErrorContains(t, got, "transaction.max.timeout.ms")
+}
+
+// The transactional producer retries soon (AddPartitionsToTxn's
+// CONCURRENT_TRANSACTIONS after an EndTxn lasts a few ms), then backs off
+// to sarama's 100 ms; a base configuration's own backoff is kept.
+func TestTransactorRetryBackoff(t *testing.T) {
+	c := TransactorConfig{Brokers: []string{"b:1"}, TransactionalID: "g.i"}
+	sc, err := c.saramaConfig()
+	require.NoError(t, err)
+	f := sc.Producer.Transaction.Retry.BackoffFunc
+	require.NotNil(t, f)
+	require.Equal(t, 5*time.Millisecond, f(0, 50))
+	require.Equal(t, 10*time.Millisecond, f(1, 50))
+	require.Equal(t, 100*time.Millisecond, f(5, 50))
+	require.Equal(t, 100*time.Millisecond, f(49, 50))
+	var total time.Duration
+	for r := range 50 {
+		total += f(r, 50)
+	}
+	require.Greater(t, total, 4*time.Second, "the retries still span seconds (a coordinator moving)")
+
+	base := sarama.NewConfig()
+	own := func(int, int) time.Duration { return time.Second }
+	base.Producer.Transaction.Retry.BackoffFunc = own
+	c.Sarama = base
+	sc, err = c.saramaConfig()
+	require.NoError(t, err)
+	require.Equal(t, time.Second, sc.Producer.Transaction.Retry.BackoffFunc(0, 50))
 }
