@@ -451,20 +451,30 @@ func (tc *txnCoordinator) cycle() bool {
 	tc.mu.failure = nil
 	tc.mu.Unlock()
 	var offsets []TxnOffset
-	for _, cp := range parts {
-		if err != nil {
-			break
+	if err == nil {
+		// Every partition's half at once: each appends its changelog
+		// records and waits for their acknowledgements, and one after
+		// another those waits add up at short intervals.
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, cp := range parts {
+			wg.Go(func() { cp.prep, errs[i] = cp.p.prepareTxn(ctx, tc.tx, cp.cut) })
 		}
-		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx, cp.cut)
-		if err != nil {
-			cause = TxnAbortCheckpoint
-			if errors.Is(err, errChangelogAppend) {
-				cause = TxnAbortChangelog
+		wg.Wait()
+		for i, cp := range parts {
+			if errs[i] != nil {
+				if err == nil {
+					err, cause = errs[i], TxnAbortCheckpoint
+					if errors.Is(err, errChangelogAppend) {
+						cause = TxnAbortChangelog
+					}
+				}
+				continue
 			}
-		}
-		if err == nil && cp.prep.changed {
-			offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
-				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
+			if cp.prep.changed {
+				offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
+					Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
+			}
 		}
 	}
 	unknown := false
