@@ -178,7 +178,7 @@ func (o Options) withDefaults() Options {
 			o.Guarantees = slices.Clone(Guarantees)
 		}
 		if len(o.CommitIntervals) == 0 {
-			o.CommitIntervals = []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second}
+			o.CommitIntervals = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 			if o.Quick {
 				o.CommitIntervals = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
 			}

@@ -121,6 +121,61 @@ var ErrTxnAborted = errors.New("chain: the transaction holding the partition's f
 // repeated or lost.
 var ErrTxnOutcomeUnknown = errors.New("chain: the commit of the transaction failed and its outcome is unknown")
 
+// TxnObserver is an Observer that is also told how every exactly-once
+// commit cycle that held a transaction ended (e.g. to count commits and
+// aborts, as chain/chainmetrics does). TxnEnded runs on the coordinator's
+// goroutine after the cycle's Commit or Abort returned; it must be fast.
+type TxnObserver interface {
+	Observer
+	TxnEnded(TxnInfo)
+}
+
+// TxnInfo describes one ended transaction (TxnObserver).
+type TxnInfo struct {
+	// Committed: the transaction committed (also when its Commit was
+	// reported failed and the Transactor learned that it committed).
+	Committed bool
+	// Cause says why it was aborted (empty when committed); Err is the
+	// error that aborted it.
+	Cause TxnAbortCause
+	Err   error
+	// Duration is the cycle's, from its cut to the end of its Commit or
+	// Abort.
+	Duration time.Duration
+	// Outputs counts the outputs and dead letters sent into the
+	// transaction, ChangelogRecords the state changes appended to the
+	// changelog, Offsets the partitions whose consumed offsets it held.
+	Outputs, ChangelogRecords int64
+	Offsets                   int
+}
+
+// TxnAbortCause classifies why a transaction was aborted (TxnInfo.Cause).
+type TxnAbortCause string
+
+const (
+	// TxnAbortSend: a send of the transaction failed (a broker refused an
+	// output, the producer was fenced or timed out), ErrTransaction.
+	TxnAbortSend TxnAbortCause = "send"
+	// TxnAbortDrain: the records below the cycle's cut did not complete
+	// within the shutdown timeout, or a stopping partition abandoned
+	// records in flight.
+	TxnAbortDrain TxnAbortCause = "drain"
+	// TxnAbortCheckpoint: a partition's positions or store checkpoint could
+	// not be prepared (records completed above a failed one, a store error).
+	TxnAbortCheckpoint TxnAbortCause = "checkpoint"
+	// TxnAbortChangelog: appending a partition's state changes failed.
+	TxnAbortChangelog TxnAbortCause = "changelog"
+	// TxnAbortCommit: adding the offsets or committing failed, and the
+	// transaction did not commit.
+	TxnAbortCommit TxnAbortCause = "commit"
+	// TxnAbortOutcomeUnknown: the commit failed and its outcome could not
+	// be learned (ErrTxnOutcomeUnknown); the partitions it held fail.
+	TxnAbortOutcomeUnknown TxnAbortCause = "outcome_unknown"
+)
+
+// TxnAbortCauses lists every TxnAbortCause.
+var TxnAbortCauses = []TxnAbortCause{TxnAbortSend, TxnAbortDrain, TxnAbortCheckpoint, TxnAbortChangelog, TxnAbortCommit, TxnAbortOutcomeUnknown}
+
 // Default bounds of an open transaction (WithTransactionLimits).
 const (
 	DefaultTxnMaxOutputs = 100_000
@@ -162,6 +217,13 @@ type txnCoordinator struct {
 	// last cycle (approximately: they are reset when a cycle starts).
 	outputs, writes atomic.Int64
 	wake            chan struct{} // a cycle is wanted now (cap 1)
+	// sent and appended count the outputs and dead letters sent, and the
+	// changelog records appended, into the open transaction (TxnInfo);
+	// reset when it ends.
+	sent, appended atomic.Int64
+	// obs hears of every ended transaction; nil when no observer is a
+	// TxnObserver.
+	obs TxnObserver
 
 	mu struct {
 		sync.Mutex
@@ -185,6 +247,7 @@ type txnPart struct {
 func newTxnCoordinator(c *Chain) *txnCoordinator {
 	tc := &txnCoordinator{c: c, tx: c.cfg.txn, log: c.cfg.logger, wake: make(chan struct{}, 1)}
 	tc.mu.parts = map[*partitionRun]*txnPart{}
+	tc.obs = txnObservers(c.cfg.observers)
 	return tc
 }
 
@@ -246,6 +309,7 @@ func (tc *txnCoordinator) fail(err error) {
 // noteOutputs and noteWrite count the open transaction's contents and ask
 // for an early cycle when a limit is passed.
 func (tc *txnCoordinator) noteOutputs(n int) {
+	tc.sent.Add(int64(n))
 	if tc.outputs.Add(int64(n)) > int64(tc.c.cfg.txnMaxOutputs) {
 		tc.request()
 	}
@@ -313,6 +377,7 @@ func (tc *txnCoordinator) cycle() bool {
 	failed := tc.mu.failure != nil
 	tc.mu.Unlock()
 	tc.writes.Store(0)
+	start := time.Now()
 	slices.SortFunc(parts, func(a, b *cyclePart) int {
 		return cmp.Or(cmp.Compare(a.p.topic, b.p.topic), cmp.Compare(a.p.partition, b.p.partition))
 	})
@@ -322,6 +387,7 @@ func (tc *txnCoordinator) cycle() bool {
 
 	ctx, cancel := context.WithTimeout(context.Background(), tc.c.cfg.shutdownTimeout)
 	defer cancel()
+	var cause TxnAbortCause
 	if failed {
 		// The transaction cannot commit: abort it first, which fails the
 		// sends still waiting for an answer (a fenced producer's would be
@@ -331,38 +397,58 @@ func (tc *txnCoordinator) cycle() bool {
 		}
 	}
 	err := tc.drain(parts)
+	if err != nil {
+		cause = TxnAbortDrain
+	}
 	// Every failure of the records this transaction holds has been reported
 	// once they are drained (a record's failed send drops it); one taken
 	// before the drain would leave its siblings' to abort the next cycle,
 	// which holds none of them.
 	tc.mu.Lock()
-	if err == nil {
-		err = tc.mu.failure
+	if err == nil && tc.mu.failure != nil {
+		err, cause = tc.mu.failure, TxnAbortSend
 	}
 	tc.mu.failure = nil
 	tc.mu.Unlock()
 	var offsets []TxnOffset
-	for _, cp := range parts {
-		if err != nil {
-			break
+	if err == nil {
+		// Every partition's half at once: each appends its changelog
+		// records and waits for their acknowledgements, and one after
+		// another those waits add up at short intervals.
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, cp := range parts {
+			wg.Go(func() { cp.prep, errs[i] = cp.p.prepareTxn(ctx, tc.tx, cp.cut) })
 		}
-		cp.prep, err = cp.p.prepareTxn(ctx, tc.tx, cp.cut)
-		if err == nil && cp.prep.changed {
-			offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
-				Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
+		wg.Wait()
+		for i, cp := range parts {
+			if errs[i] != nil {
+				if err == nil {
+					err, cause = errs[i], TxnAbortCheckpoint
+					if errors.Is(err, errChangelogAppend) {
+						cause = TxnAbortChangelog
+					}
+				}
+				continue
+			}
+			if cp.prep.changed {
+				offsets = append(offsets, TxnOffset{Topic: cp.p.topic, Partition: cp.p.partition,
+					Offset: cp.prep.offset, Metadata: cp.prep.metadata, Committer: cp.p.committer})
+			}
 		}
 	}
 	unknown := false
 	if err == nil {
 		if err = tc.tx.Commit(ctx, offsets); err != nil {
 			err = fmt.Errorf("commit the transaction: %w", err)
+			cause = TxnAbortCommit
 			// The transaction may have committed all the same (EndTxn's
 			// response lost): learn its outcome before anything of the
 			// cycle is dropped.
 			if r, ok := tc.tx.(CommitResolver); ok && len(offsets) > 0 {
 				switch committed, rerr := tc.resolve(r, offsets); {
 				case rerr != nil:
-					unknown = true
+					unknown, cause = true, TxnAbortOutcomeUnknown
 					err = fmt.Errorf("%w: %w; learning its outcome: %w", ErrTxnOutcomeUnknown, err, rerr)
 				case committed:
 					tc.log.Warn("the transaction's commit was reported failed, but the transaction committed (every partition's committed offset and metadata are the cycle's): the cycle is committed, nothing is rewound",
@@ -385,6 +471,7 @@ func (tc *txnCoordinator) cycle() bool {
 			cp.err = err
 		}
 	}
+	tc.ended(start, err, cause, len(offsets))
 
 	tc.mu.Lock()
 	tc.mu.cycling = false
@@ -450,6 +537,57 @@ func (tc *txnCoordinator) cycle() bool {
 	}
 	return more
 }
+
+// ended reports the cycle's transaction to the TxnObserver, if any, and
+// starts counting the next one's contents. A cycle with nothing sent,
+// appended or committed held no transaction and is not reported.
+func (tc *txnCoordinator) ended(start time.Time, err error, cause TxnAbortCause, offsets int) {
+	sent, appended := tc.sent.Swap(0), tc.appended.Swap(0)
+	if tc.obs == nil || (err == nil && sent == 0 && appended == 0 && offsets == 0) {
+		return
+	}
+	info := TxnInfo{Committed: err == nil, Duration: time.Since(start), Outputs: sent, ChangelogRecords: appended, Offsets: offsets}
+	if err != nil {
+		info.Cause, info.Err = cause, err
+		if info.Cause == "" {
+			info.Cause = TxnAbortCommit
+		}
+	}
+	tc.obs.TxnEnded(info)
+}
+
+// txnObservers combines the observers among obs that are TxnObservers (nil
+// if none).
+func txnObservers(obs []Observer) TxnObserver {
+	var ts txnFanout
+	for _, o := range obs {
+		if t, ok := o.(TxnObserver); ok {
+			ts = append(ts, t)
+		}
+	}
+	switch len(ts) {
+	case 0:
+		return nil
+	case 1:
+		return ts[0]
+	}
+	return ts
+}
+
+type txnFanout []TxnObserver
+
+func (f txnFanout) Begin(BeginInfo)                               {}
+func (f txnFanout) Advanced(string, int32, int, int64, time.Time) {}
+func (f txnFanout) Committed(string, int32, int64, string)        {}
+
+func (f txnFanout) TxnEnded(info TxnInfo) {
+	for _, o := range f {
+		o.TxnEnded(info)
+	}
+}
+
+// errChangelogAppend marks a cycle's failed changelog append (TxnAbortChangelog).
+var errChangelogAppend = errors.New("append state changes to the changelog")
 
 // drain waits until every record below the cycle's cuts has completed or
 // been dropped (stageRun.pend); the stages meanwhile go on beginning and
@@ -639,8 +777,9 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 			end, err := tx.AppendChangelog(ctx, p.topic, p.partition, recs)
 			if err != nil {
 				pc.Abort()
-				return nil, fmt.Errorf("partition %s/%d: append %d state changes to the changelog: %w", p.topic, p.partition, len(recs), err)
+				return nil, fmt.Errorf("partition %s/%d: %w (%d records): %w", p.topic, p.partition, errChangelogAppend, len(recs), err)
 			}
+			p.c.tc.appended.Add(int64(len(recs)))
 			pr.clOffset = end
 		}
 		pr.pc = pc

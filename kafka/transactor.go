@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -61,6 +62,24 @@ type TransactorConfig struct {
 	Registry metrics.Registry
 }
 
+// FencedMetric is the counter, in the Transactor's metric registry
+// (TransactorConfig.Registry), of the producer sessions replaced because
+// they were fenced: another producer initialised the same transactional id
+// (a second process with this one's state directory), or the transaction
+// coordinator aborted a transaction at its timeout and bumped the epoch.
+const FencedMetric = "differential.txn.fenced"
+
+// txnRetryBackoff is the transactional producer's pause before the retry
+// of a transaction request (sarama's Producer.Transaction.Retry): 5 ms,
+// doubling to at most sarama's 100 ms. The common retry is AddPartitionsToTxn
+// answered CONCURRENT_TRANSACTIONS right after the previous cycle's EndTxn,
+// while the coordinator still writes its markers, which takes a few ms; a
+// flat 100 ms held the cycle's first sends to a new partition that long.
+// With sarama's 50 retries the whole bound stays near its 5 s.
+func txnRetryBackoff(retries, _ int) time.Duration {
+	return min(5*time.Millisecond<<min(retries, 5), 100*time.Millisecond)
+}
+
 // TransactionalID is the transactional id of a process of group whose
 // instance id is instance (kept in its state directory).
 func TransactionalID(group, instance string) string {
@@ -84,6 +103,9 @@ func (c *TransactorConfig) saramaConfig() (*sarama.Config, error) {
 	// TxnOffsetCommit v3 carries the member's generation (KIP-447): 2.5.
 	sc := idempotent(base, "-transactions", c.Registry, sarama.V2_5_0_0)
 	sc.Producer.Transaction.ID = c.TransactionalID
+	if sc.Producer.Transaction.Retry.BackoffFunc == nil {
+		sc.Producer.Transaction.Retry.BackoffFunc = txnRetryBackoff
+	}
 	sc.Producer.Transaction.Timeout = DefaultTransactionTimeout
 	if c.Timeout > 0 {
 		sc.Producer.Transaction.Timeout = c.Timeout
@@ -159,6 +181,12 @@ type Transactor struct {
 	// now is the clock of topicSizes (tests set another: export_test.go).
 	now func() time.Time
 
+	// fenced counts the producer sessions replaced because they were
+	// fenced (FencedMetric); sawFenced says the current session saw an
+	// error saying so.
+	fenced    metrics.Counter
+	sawFenced atomic.Bool
+
 	// faults are tests' (export_test.go): Commit fails with before's error
 	// just before CommitTxn (the transaction still open), or with after's
 	// once CommitTxn succeeded (as when EndTxn's response is lost). Under mu.
@@ -185,6 +213,11 @@ func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
 		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID), now: time.Now}
+	reg := sc.MetricRegistry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	t.fenced = metrics.GetOrRegisterCounter(FencedMetric, reg)
 	if err := retryStart(t.log, startAttempts, time.Second, t.startProducer); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: transactional producer %q: %w", cfg.TransactionalID, explainTxn(err))
@@ -214,12 +247,28 @@ func retryStart(log *slog.Logger, bound, pause time.Duration, start func() error
 	}
 }
 
+// ErrNoTransactions is what a failed transactional producer start wraps
+// when the cluster cannot run transactions for this process: the
+// transaction state topic cannot exist (too few brokers for its replication
+// factor or min.isr), an ACL refuses the transactional id (or, on brokers
+// before 2.8, idempotent writes on the cluster), or the brokers are older
+// than the transactions the Transactor needs (Kafka 2.5, KIP-447). The
+// error names the fix; exactly-once mode cannot start until it is made.
+var ErrNoTransactions = errors.New("the cluster cannot run transactions")
+
 // explainTxn adds what to check to a failed transactional producer start.
 func explainTxn(err error) error {
-	if errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) {
-		return fmt.Errorf("%w (the brokers' transaction state topic may be unable to exist: check transaction.state.log.replication.factor and transaction.state.log.min.isr against the number of brokers)", err)
-	}
-	if errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
+	switch {
+	case errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable), errors.Is(err, sarama.ErrNotEnoughReplicas),
+		errors.Is(err, sarama.ErrNotEnoughReplicasAfterAppend):
+		return fmt.Errorf("%w: %w: no transaction coordinator: the brokers' transaction state topic (__transaction_state) cannot be created or has too few in-sync replicas: set transaction.state.log.replication.factor and transaction.state.log.min.isr to at most the number of brokers (both default to 3 and 2)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed):
+		return fmt.Errorf("%w: %w: an ACL refuses the transactional id: allow Write and Describe on it (kafka-acls.sh --add --allow-principal User:<principal> --operation Write --operation Describe --transactional-id <id>, or --resource-pattern-type prefixed with the group name)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrClusterAuthorizationFailed):
+		return fmt.Errorf("%w: %w: an ACL refuses idempotent writes: allow IdempotentWrite on the cluster (kafka-acls.sh --add --allow-principal User:<principal> --operation IdempotentWrite --cluster)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrUnsupportedVersion), errors.Is(err, sarama.ErrUnsupportedForMessageFormat):
+		return fmt.Errorf("%w: %w: the brokers are too old: exactly-once needs Kafka 2.5 or later (transactional offset commits fenced by the group generation, KIP-447)", ErrNoTransactions, err)
+	case errors.Is(err, sarama.ErrInvalidTransactionTimeout):
 		return fmt.Errorf("%w (the transaction timeout exceeds the brokers' transaction.max.timeout.ms)", err)
 	}
 	return err
@@ -243,6 +292,7 @@ func (t *Transactor) startProducer() error {
 			w.ack(m.Offset, nil)
 		}
 	}, func(pe *sarama.ProducerError) {
+		t.noteFenced(pe.Err)
 		err := fmt.Errorf("kafka: produce to %s in the transaction: %w: %w", pe.Msg.Topic, chain.ErrTransaction, pe.Err)
 		switch w := pe.Msg.Metadata.(type) {
 		case *txnSend:
@@ -256,7 +306,15 @@ func (t *Transactor) startProducer() error {
 	})
 	t.ap, t.reads = ap, reads
 	t.open = false
+	t.sawFenced.Store(false)
 	return nil
+}
+
+// noteFenced remembers that the current session was fenced, if err says so.
+func (t *Transactor) noteFenced(err error) {
+	if IsFenced(err) {
+		t.sawFenced.Store(true)
+	}
 }
 
 // track registers a send's failure callback until it resolves (untrack).
@@ -347,6 +405,7 @@ func (t *Transactor) beginLocked() error {
 		return nil
 	}
 	if err := t.ap.BeginTxn(); err != nil {
+		t.noteFenced(err)
 		return fmt.Errorf("kafka: begin transaction: %w: %w", chain.ErrTransaction, err)
 	}
 	t.open = true
@@ -517,6 +576,7 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 	}
 	for k, offs := range byMember {
 		if err := t.ap.AddOffsetsToTxnWithGroupMetadata(offs, metas[k]); err != nil {
+			t.noteFenced(err)
 			return fmt.Errorf("kafka: add offsets to the transaction (group %q, generation %d): %w", k.group, k.generation, err)
 		}
 	}
@@ -526,6 +586,7 @@ func (t *Transactor) Commit(ctx context.Context, offsets []chain.TxnOffset) erro
 		}
 	}
 	if err := t.ap.CommitTxn(); err != nil {
+		t.noteFenced(err)
 		return fmt.Errorf("kafka: commit transaction: %w", err)
 	}
 	// Committed: whatever ctx says now, the chain must not abort it.
@@ -632,10 +693,14 @@ func (t *Transactor) Abort(context.Context) error {
 			t.open = false
 			return nil
 		}
+		t.noteFenced(err)
 		t.log.Warn("aborting the transaction failed; starting a new producer session", "err", err, "fenced", IsFenced(err))
 	} else {
 		t.log.Warn("the transactional producer is fenced or failed for good; starting a new producer session (it fences any other producer with this transactional id)",
 			"status", st.String())
+	}
+	if t.sawFenced.Load() {
+		t.fenced.Inc(1)
 	}
 	t.retire()
 	if err := t.startProducer(); err != nil {

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/chain/chainmetrics"
 	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/testbroker"
 	wl "github.com/differential-dev/differential/internal/workload"
@@ -24,6 +26,7 @@ import (
 // eosRun is one exactly-once member over a generated attribution input.
 type eosRun struct {
 	b             *testbroker.Broker
+	reg           metrics.Registry // the Transactor's and the chain's metrics
 	in, out, dlq  string
 	group, txnID  string
 	cfg           attribution.Config
@@ -43,7 +46,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 	b := testbroker.New(t)
 	r := &eosRun{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "eos"), txnID: testbroker.Name(t, "txn"), partitions: partitions,
-		ends: map[int32]int64{}, ran: make(chan error, 1)}
+		ends: map[int32]int64{}, ran: make(chan error, 1), reg: metrics.NewRegistry()}
 	wc := wl.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, partitions, 300, 11
 	wc.MaxRecordBytes = 16 << 10
@@ -71,7 +74,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 		t.Cleanup(func() { deleteTopic(t, b, cl.Topic()) })
 	}
 	r.tx, err = kafka.NewTransactor(kafka.TransactorConfig{Brokers: b.Addrs(), TransactionalID: r.txnID, Timeout: 5 * time.Second,
-		Changelog: cl, Sarama: b.Config(), Logger: testLogger(t)})
+		Changelog: cl, Sarama: b.Config(), Logger: testLogger(t), Registry: r.reg})
 	require.NoError(t, err)
 	r.progress = &endWatcher{ends: map[int32]int64{}, done: make(chan struct{})}
 	for p, e := range r.ends {
@@ -80,7 +83,7 @@ func startEOS(t *testing.T, records int) *eosRun {
 	first := &firstCommit{ch: make(chan struct{})}
 	r.committedOnce = first.ch
 	ch, err := attribution.NewChainWith(r.cfg, attribution.Wiring{}, chain.WithStore(db), chain.WithChangelog(cl), chain.WithExactlyOnce(r.tx),
-		chain.WithOutputTopic(r.out), chain.WithDLQTopic(r.dlq), chain.WithObserver(r.progress), chain.WithObserver(first),
+		chain.WithOutputTopic(r.out), chain.WithDLQTopic(r.dlq), chain.WithObserver(r.progress), chain.WithObserver(first), chainmetrics.Option(r.reg),
 		chain.WithCommitInterval(100*time.Millisecond), chain.WithIdleTimeout(100*time.Millisecond),
 		chain.WithShutdownTimeout(10*time.Second), chain.WithLogger(testLogger(t)))
 	require.NoError(t, err)
@@ -183,6 +186,18 @@ func TestFencedTransactorRecovers(t *testing.T) {
 	all := reference.Check(r.parts, r.cfg, reference.FromKafka(r.b.ReadAll(t, r.out, false)), nil,
 		reference.Options{Duplicates: reference.IdenticalDuplicates, Order: reference.AnyOrder})
 	t.Logf("read_uncommitted: %d repeated outputs (aborted transactions)", all.Outputs().IdenticalDuplicates)
+	count := func(name string) int64 {
+		c, ok := r.reg.Get(name).(metrics.Counter)
+		require.True(t, ok, "%s registered", name)
+		return c.Count()
+	}
+	require.Equal(t, int64(1), count(kafka.FencedMetric), "one producer session was fenced and replaced")
+	var aborted int64
+	for _, c := range chain.TxnAbortCauses {
+		aborted += count(chainmetrics.TxnAbortedPrefix + string(c))
+	}
+	require.Positive(t, aborted, "the fenced transaction was aborted")
+	require.Positive(t, count(chainmetrics.TxnCommitted))
 }
 
 // TestExactlyOnceStopUnderFaultsFinishesInsideTheRebalanceTimeout: an

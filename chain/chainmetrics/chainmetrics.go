@@ -22,6 +22,17 @@
 //	differential.partition.<topic>.<partition>.{restore_records,restore_bytes,restoring}
 //	    and restore_duration_seconds (a float gauge)
 //
+// and, for a chain in exactly-once mode (chain.WithExactlyOnce), from its
+// first ended transaction on (chain.TxnObserver), for the whole process:
+//
+//	differential.txn.committed                  transactions committed (a counter)
+//	differential.txn.aborted.<cause>            transactions aborted, one counter per chain.TxnAbortCause
+//	differential.txn.cycle_ms                   commit cycles' durations, cut to the end of Commit or Abort, ms (a histogram)
+//	differential.txn.records                    outputs, dead letters and changelog records per committed transaction (a histogram)
+//
+// (kafka.Transactor adds differential.txn.fenced, its producer sessions
+// replaced because they were fenced.)
+//
 // # Concurrency
 //
 // The observer is safe for the chain's concurrent partitions; the gauges may
@@ -44,6 +55,55 @@ func Option(r metrics.Registry) chain.Option {
 	return chain.WithObserver(&observer{r: r, names: map[partKey][]string{}, restoreNames: map[partKey][]string{}})
 }
 
+// Names of the exactly-once series (see the package doc).
+const (
+	TxnCommitted     = "differential.txn.committed"
+	TxnAbortedPrefix = "differential.txn.aborted."
+	TxnCycleMillis   = "differential.txn.cycle_ms"
+	TxnRecords       = "differential.txn.records"
+)
+
+// txnMetrics are the exactly-once series, registered at the first ended
+// transaction.
+type txnMetrics struct {
+	committed metrics.Counter
+	aborted   map[chain.TxnAbortCause]metrics.Counter
+	// cycle is a histogram, not a metrics.Timer: a Timer's meter starts a
+	// goroutine that never ends, which no synctest bubble can hold.
+	cycle   metrics.Histogram
+	records metrics.Histogram
+}
+
+func (o *observer) txn() *txnMetrics {
+	o.txnOnce.Do(func() {
+		m := &txnMetrics{aborted: map[chain.TxnAbortCause]metrics.Counter{}}
+		m.committed = metrics.GetOrRegisterCounter(TxnCommitted, o.r)
+		for _, c := range chain.TxnAbortCauses {
+			m.aborted[c] = metrics.GetOrRegisterCounter(TxnAbortedPrefix+string(c), o.r)
+		}
+		m.cycle = metrics.GetOrRegisterHistogram(TxnCycleMillis, o.r, metrics.NewExpDecaySample(1028, 0.015))
+		m.records = metrics.GetOrRegisterHistogram(TxnRecords, o.r, metrics.NewExpDecaySample(1028, 0.015))
+		o.txnM = m
+	})
+	return o.txnM
+}
+
+// TxnEnded counts the transaction.
+func (o *observer) TxnEnded(info chain.TxnInfo) {
+	m := o.txn()
+	m.cycle.Update(info.Duration.Milliseconds())
+	if !info.Committed {
+		c, ok := m.aborted[info.Cause]
+		if !ok {
+			c = metrics.GetOrRegisterCounter(TxnAbortedPrefix+string(info.Cause), o.r)
+		}
+		c.Inc(1)
+		return
+	}
+	m.committed.Inc(1)
+	m.records.Update(info.Outputs + info.ChangelogRecords)
+}
+
 type partKey struct {
 	topic     string
 	partition int32
@@ -56,11 +116,15 @@ type observer struct {
 	mu           sync.Mutex
 	names        map[partKey][]string
 	restoreNames map[partKey][]string
+
+	txnOnce sync.Once
+	txnM    *txnMetrics
 }
 
 var (
 	_ chain.PartitionObserver = (*observer)(nil)
 	_ chain.RestoreObserver   = (*observer)(nil)
+	_ chain.TxnObserver       = (*observer)(nil)
 )
 
 func (o *observer) Begin(chain.BeginInfo)                         {}

@@ -82,3 +82,56 @@ func TestRestoreGauges(t *testing.T) {
 		require.Zero(t, n, "a stopped partition leaves no series behind")
 	})
 }
+
+// In exactly-once mode every ended transaction is counted: committed ones
+// with their records (outputs and changelog records), aborted ones by
+// cause, and every cycle's duration; the series outlive the partitions
+// (they are the process's).
+func TestTransactionMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		count := chain.ProcessorFunc(func(_ context.Context, pc *chain.Context, e *chain.Event) error {
+			pc.Emit(chain.Message{Key: e.Key, Value: []byte("out")})
+			return pc.State().Set(e.Key, e.Value, time.Time{})
+		})
+		reg := metrics.NewRegistry()
+		tt := chaintest.New(t, []chain.Stage{{Name: "a", Processor: count}}, decoder,
+			chainmetrics.Option(reg), chain.WithIdleTimeout(time.Millisecond), chain.WithCommitInterval(10*time.Millisecond))
+		tt.UseChangelog()
+		x := tt.UseTransactions()
+		require.Nil(t, reg.Get(chainmetrics.TxnCommitted), "no series before the first transaction")
+		tt.Start(0)
+		ts := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+		tt.Feed(0, chaintest.Rec("k1", "x", ts), chaintest.Rec("k2", "y", ts))
+		tt.WaitCommitted(0, 2)
+		counter := func(name string) int64 {
+			c, ok := reg.Get(name).(metrics.Counter)
+			require.True(t, ok, "%s registered", name)
+			return c.Snapshot().Count()
+		}
+		commits, _ := x.Counts()
+		require.Equal(t, int64(commits), counter(chainmetrics.TxnCommitted))
+		recs, ok := reg.Get(chainmetrics.TxnRecords).(metrics.Histogram)
+		require.True(t, ok)
+		require.Equal(t, int64(4), recs.Snapshot().Sum(), "2 outputs and 2 changelog records")
+		require.Equal(t, int64(commits), recs.Snapshot().Count())
+
+		x.FailCommits(1)
+		tt.Feed(0, chaintest.Rec("k3", "z", ts))
+		tt.WaitCommitted(0, 3)
+		x.FailProduce(1)
+		tt.Feed(0, chaintest.Rec("k4", "z", ts))
+		tt.WaitCommitted(0, 4)
+		require.NoError(t, tt.Stop())
+
+		commits, aborts := x.Counts()
+		require.Equal(t, int64(commits), counter(chainmetrics.TxnCommitted))
+		require.Equal(t, int64(1), counter(chainmetrics.TxnAbortedPrefix+string(chain.TxnAbortCommit)))
+		require.Equal(t, int64(1), counter(chainmetrics.TxnAbortedPrefix+string(chain.TxnAbortSend)))
+		require.Zero(t, counter(chainmetrics.TxnAbortedPrefix+string(chain.TxnAbortDrain)))
+		require.GreaterOrEqual(t, aborts, 2)
+		cycles, ok := reg.Get(chainmetrics.TxnCycleMillis).(metrics.Histogram)
+		require.True(t, ok)
+		require.Equal(t, int64(commits+2), cycles.Snapshot().Count(), "every ended transaction's cycle is timed")
+		require.Equal(t, int64(8), recs.Snapshot().Sum(), "the aborted cycles' records are not counted; their records commit again")
+	})
+}

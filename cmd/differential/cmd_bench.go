@@ -66,7 +66,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.Var(durationValue{&o.Velocity}, "velocity-window", "also run B's chain with the velocity stage over this `duration` (threshold 20) and report its cost per record (default 0: not)")
 	fs.BoolVar(&o.EOSCost, "eos-cost", false, "measure the exactly-once cost table instead of the design comparison: workloads B and A (--workloads), each of --guarantees at each of --commit-intervals")
 	fs.Var(listValue{&o.Guarantees}, "guarantees", "--eos-cost: delivery `guarantees`, any of at-least-once,exactly-once (default both)")
-	fs.Var(durationListValue{&o.CommitIntervals}, "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 100ms,1s,5s; --quick 50ms,100ms,250ms)")
+	fs.Var(durationListValue{&o.CommitIntervals}, "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 50ms,100ms,250ms,500ms,1s; --quick 50ms,100ms,250ms)")
 	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -32,6 +32,7 @@ type demoOptions struct {
 	logFormat      string
 	logLevel       string
 	velocity       velocityOptions
+	guarantee      string
 }
 
 // Demo topics and group on the embedded broker.
@@ -62,7 +63,7 @@ const demoIdleTimeout = 250 * time.Millisecond
 
 func demoCmd(ctx context.Context, args []string, e *env) error {
 	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: attribution.DefaultMaxRecordBytes,
-		logFormat: "text", logLevel: "error"}
+		logFormat: "text", logLevel: "error", guarantee: defaultGuarantee}
 	fs := newFlagSet("demo", demoSynopsis, e)
 	fs.IntVar(&o.records, "records", o.records, "number of generated records")
 	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions of the input and output topics")
@@ -70,6 +71,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
+	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: transactions, a changelog, and the outputs read back read_committed)")
 	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
 	o.velocity.register(fs)
@@ -163,7 +165,7 @@ func (o *demoOptions) execute(ctx context.Context, e *env) error {
 		return err
 	}
 	t = time.Now()
-	outputs, dead, err := readResults(ctx, brokers, sc, alerts)
+	outputs, dead, err := readResults(ctx, brokers, sc, alerts, o.guarantee == guaranteeExactlyOnce)
 	if err != nil {
 		return err
 	}
@@ -202,17 +204,37 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	}
 	defer closeLogged(log, "state store", db)
 	reg := metrics.NewRegistry()
-	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Sarama: sc, Logger: log, Registry: reg})
-	if err != nil {
-		return err
+	h := e.hooks
+	var prod chain.Producer
+	if o.guarantee == guaranteeExactlyOnce {
+		cl, err := kafka.NewChangelog(ctx, kafka.ChangelogConfig{Brokers: brokers, InputTopic: demoInput, Group: demoGroup,
+			Sarama: sc, Logger: log, Registry: reg})
+		if err != nil {
+			return err
+		}
+		defer closeLogged(log, "changelog", cl)
+		tx, err := kafka.NewTransactor(kafka.TransactorConfig{Brokers: brokers, TransactionalID: demoGroup + ".demo",
+			Changelog: cl, Sarama: sc, Logger: log, Registry: reg})
+		if err != nil {
+			return err
+		}
+		// Closed after kafka.Run returned (deferred before its wait).
+		defer closeLogged(log, "transactional producer", tx)
+		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl), chain.WithExactlyOnce(tx)}, h.chainOptions...)
+	} else {
+		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Sarama: sc, Logger: log, Registry: reg})
+		if err != nil {
+			return err
+		}
+		defer closeLogged(log, "producer", p)
+		prod = p
 	}
-	defer closeLogged(log, "producer", prod)
 	// The chain's defaults, but a short idle release: the end of the
 	// generated log should not wait a second.
 	settings := defaultEngineSettings()
 	settings.idleTimeout, settings.keyConcurrency, settings.gate = demoIdleTimeout, o.keyConcurrency, o.gate
 	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
-	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, e.hooks)
+	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, h)
 	if err != nil {
 		return err
 	}
@@ -317,9 +339,10 @@ func (o *demoOptions) alertsTopic() string {
 
 // readResults reads the output and dead-letter topics back, and the alerts
 // topic (when not "" or the output topic) with the outputs.
-func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alerts string) (outputs, dead []reference.Written, err error) {
+func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alerts string, readCommitted bool) (outputs, dead []reference.Written, err error) {
 	c := *sc
 	c.MetricRegistry = metrics.NewRegistry()
+
 	c.Consumer.MaxWaitTime = 20 * time.Millisecond // closing a partition consumer waits for its fetch
 	client, err := sarama.NewClient(brokers, &c)
 	if err != nil {
@@ -328,14 +351,14 @@ func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alert
 	defer func() { _ = client.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if outputs, err = readTopic(ctx, client, demoOutput); err != nil {
+	if outputs, err = readTopic(ctx, client, demoOutput, readCommitted); err != nil {
 		return nil, nil, err
 	}
-	if dead, err = readTopic(ctx, client, demoDLQ); err != nil {
+	if dead, err = readTopic(ctx, client, demoDLQ, readCommitted); err != nil {
 		return nil, nil, err
 	}
 	if alerts != "" && alerts != demoOutput {
-		more, err := readTopic(ctx, client, alerts)
+		more, err := readTopic(ctx, client, alerts, readCommitted)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -347,8 +370,12 @@ func readResults(ctx context.Context, brokers []string, sc *sarama.Config, alert
 func (o *demoOptions) report(w io.Writer, r *demoResult) {
 	v := r.v
 	n := len(r.recs)
-	fmt.Fprintf(w, "\nDifferential demo: %s records, %d partitions, seed %d, key concurrency %d, %s gate\n",
-		count(n), o.partitions, o.seed, o.keyConcurrency, o.gate)
+	guarantee := "at-least-once"
+	if o.guarantee == guaranteeExactlyOnce {
+		guarantee = "exactly-once (outputs read back read_committed)"
+	}
+	fmt.Fprintf(w, "\nDifferential demo: %s records, %d partitions, seed %d, key concurrency %d, %s gate, %s\n",
+		count(n), o.partitions, o.seed, o.keyConcurrency, o.gate, guarantee)
 	r.counts.report(w, r.horizon, v.Installs.Distinct()+v.Purchases.Distinct(), v.Installs.Distinct(), v.Purchases.Distinct(), v.DeadLetters.Distinct())
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	stages := 3

@@ -13,11 +13,20 @@ func TestDemoVerifiesAndReports(t *testing.T) {
 	code, out, errs := runCLI(t, hooks{}, "demo", "--records", "5000", "--partitions", "3", "--seed", "2")
 	require.Equal(t, exitOK, code, errs)
 	require.Contains(t, out, "Differential demo: 5,000 records, 3 partitions, seed 2")
+	require.Contains(t, out, "gate, exactly-once (outputs read back read_committed)", "exactly-once by default")
 	require.Contains(t, out, "verification    OK")
 	require.Regexp(t, `outputs\s+[\d,]+ = [\d,]+ installs \(`, out)
 	require.Regexp(t, `dead-lettered\s+[1-9]`, out)
 	requireReportAddsUp(t, out)
 	require.Contains(t, errs, "click pos 5,000", "the progress shows every stage at the end")
+}
+
+// The demo runs at-least-once one flag away, and verifies all the same.
+func TestDemoAtLeastOnce(t *testing.T) {
+	code, out, errs := runCLI(t, hooks{}, "demo", "--records", "2000", "--partitions", "2", "--guarantee", "at-least-once")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "gate, at-least-once\n")
+	require.Contains(t, out, "verification    OK")
 }
 
 // TestDemoFailsWhenAnOutputIsLost breaks the demo's read-back on purpose

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/processors/attribution/reference"
@@ -42,4 +44,32 @@ func TestRunExactlyOnceKeepsTheKeyGate(t *testing.T) {
 	require.Positive(t, r.Purchases.Matched)
 	t.Logf("key-scoped begins %d; %d installs, %d purchases, %d dead letters (read_committed)",
 		keyed.n.Load(), r.Installs.Matched, r.Purchases.Matched, r.DeadLetters.Matched)
+}
+
+// TestRunWithoutTransactionsNamesTheFix: a cluster that refuses the
+// transactional id (an ACL; InitProducerId answered
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on the embedded broker) fails `run`
+// at start, under the default guarantee, with the fix and the
+// at-least-once alternative.
+func TestRunWithoutTransactionsNamesTheFix(t *testing.T) {
+	tp := newTopics(t, 1)
+	e := tp.b.Embedded()
+	if e == nil {
+		t.Skip("forces the broker's answer: embedded broker only")
+	}
+	e.Fake().ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		e.Fake().KeepControl()
+		req := kr.(*kmsg.InitProducerIDRequest)
+		if req.TransactionalID == nil {
+			return nil, nil, false // an idempotent producer's (the changelog's): allowed
+		}
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	code, _, errs := runCLI(t, hooks{}, tp.runArgs()...)
+	require.Equal(t, exitFatal, code, errs)
+	require.Contains(t, errs, "--guarantee exactly-once (the default) needs Kafka transactions")
+	require.Contains(t, errs, "an ACL refuses the transactional id: allow Write and Describe on it")
+	require.Contains(t, errs, "run without transactions with --guarantee at-least-once")
 }

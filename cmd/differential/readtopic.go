@@ -11,10 +11,11 @@ import (
 )
 
 // readTopic returns every record of topic from each partition's log start
-// to its high watermark at the time of the call, partition by partition in
+// to its high watermark (readCommitted: its last stable offset, aborted
+// records left out) at the time of the call, partition by partition in
 // offset order (kfetch.ReadTopic), as the reference check reads them.
-func readTopic(ctx context.Context, client sarama.Client, topic string) ([]reference.Written, error) {
-	byPartition, err := kfetch.ReadTopic(ctx, client, topic, false)
+func readTopic(ctx context.Context, client sarama.Client, topic string, readCommitted bool) ([]reference.Written, error) {
+	byPartition, err := kfetch.ReadTopic(ctx, client, topic, readCommitted)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topic, err)
 	}

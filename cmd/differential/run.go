@@ -72,6 +72,9 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	var prod chain.Producer
 	if o.exactlyOnce() {
 		tx, err := o.transactor(db, cl, sc, reg, log)
+		if errors.Is(err, kafka.ErrNoTransactions) {
+			return fmt.Errorf("--guarantee exactly-once (the default) needs Kafka transactions: %w; make the fix above, or run without transactions with --guarantee at-least-once (every output at least once: a crash repeats the outputs since the last commit)", err)
+		}
 		if err != nil {
 			return err
 		}

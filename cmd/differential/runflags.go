@@ -101,7 +101,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Int64Var(&o.stateCache, "state-cache-bytes", o.stateCache, "memory `bytes` for in-memory copies of the partitions' window state, all partitions together: a partition whose state fits is read from memory, the others from Pebble (same results, more CPU); 0: none")
 	fs.BoolVar(&o.changelog, "changelog", o.changelog, "keep every partition's state in a changelog topic too, so that it follows the partition to any instance (false: state stays on this instance; run a single instance)")
 	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
-	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: each commit interval is one Kafka transaction; read_committed readers see every output once, ever)")
+	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once`. exactly-once: each commit interval is one Kafka transaction, and read_committed readers see every output once, ever; it needs --changelog and brokers that run transactions (Kafka 2.5+). at-least-once: no transactions; a crash repeats the outputs since the last commit, byte-identical (docs/guarantees.md)")
 	fs.Var(enumValue{&o.metaVersion, []string{"2", "3", "4"}}, "metadata-version", "newest commit metadata `version` to write: 4 (dfl4: the idle releases decided at the live tail are recorded), 3 (no dfl4: what binaries before dfl4 read; at-least-once checkpoints carry the offsets completed above each position) or 2 (no dfl3: what binaries before dfl3 read; keeps the key gate's admission step). Use the version the oldest binary in a rolling group reads (docs/operations.md \"Upgrades\")")
 	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below the group session timeout (10s)")
 	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<instance id kept in --state-dir>); two live processes must never share one")
@@ -204,7 +204,7 @@ func (o *runOptions) validate() error {
 	case o.metaRefresh < minMetadataRefresh || o.metaRefresh > maxMetadataRefresh:
 		return usagef("--metadata-refresh must be between %s and %s, got %s (it is how often the input's partition count is checked)", minMetadataRefresh, maxMetadataRefresh, o.metaRefresh)
 	case o.exactlyOnce() && !o.changelog:
-		return usagef("--guarantee exactly-once needs --changelog (the committed state lives in the changelog; the state directory is a cache of it): drop --changelog=false, or use --guarantee at-least-once")
+		return usagef("--guarantee exactly-once (the default) needs --changelog (the committed state lives in the changelog; the state directory is a cache of it): drop --changelog=false, or use --guarantee at-least-once")
 	case o.exactlyOnce() && o.txnTimeout <= o.commitInterval:
 		return usagef("--transaction-timeout (%s) must exceed --commit-interval (%s): a transaction stays open for a commit interval", o.txnTimeout, o.commitInterval)
 	case !o.exactlyOnce() && o.txnID != "":
@@ -239,7 +239,7 @@ func (o *runOptions) validate() error {
 const (
 	guaranteeExactlyOnce = "exactly-once"
 	guaranteeAtLeastOnce = "at-least-once"
-	defaultGuarantee     = guaranteeAtLeastOnce
+	defaultGuarantee     = guaranteeExactlyOnce
 )
 
 // exactlyOnce reports whether --guarantee is exactly-once.

@@ -334,10 +334,13 @@ func (r *Run) engineArgs() []string {
 		"--max-record-bytes", fmt.Sprint(maxRecordBytes),
 		"--log-format", "json", "--log-level", "info",
 	}
+	// Always named: the engine's default is exactly-once, and a scenario
+	// without ExactlyOnce accepts repeats, which only at-least-once writes.
+	g := AtLeastOnce
 	if r.sc.Guarantee == ExactlyOnce {
-		args = append(args, "--guarantee", string(ExactlyOnce))
+		g = ExactlyOnce
 	}
-	return args
+	return append(args, "--guarantee", string(g))
 }
 
 func (r *Run) currentEngine() *Engine {

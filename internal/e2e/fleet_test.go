@@ -198,8 +198,12 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		// idle release trades completeness for progress). Sentinels end it.
 		"--idle-timeout", "10m",
 		"--max-record-bytes", strconv.Itoa(f.cfg.MaxRecordBytes), "--log-format", "json", "--log-level", level)
+	// The guarantee is always named (the default is exactly-once); extra
+	// may name it again, and the last one counts.
 	if f.exactlyOnce {
 		cmd.Args = append(cmd.Args, "--guarantee", "exactly-once")
+	} else {
+		cmd.Args = append(cmd.Args, "--guarantee", "at-least-once")
 	}
 	cmd.Args = append(cmd.Args, f.extra...)
 	stderr, err := cmd.StderrPipe()

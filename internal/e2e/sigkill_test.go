@@ -144,7 +144,11 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 	cmd := exec.Command(bin, "run",
 		"--brokers", strings.Join(e.b.Addrs(), ","), "--topic", e.in, "--output", e.out, "--dlq", e.dlq,
 		"--group", e.group, "--state-dir", e.dir, "--commit-interval", "100ms", "--idle-timeout", idleTimeout,
-		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", level)
+		"--max-record-bytes", "16384", "--log-format", "json", "--log-level", level,
+		// A test without --guarantee in e.args means at-least-once (the
+		// default is exactly-once); e.args' own --guarantee comes later and
+		// counts.
+		"--guarantee", "at-least-once")
 	cmd.Args = append(cmd.Args, e.args...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)

@@ -19,6 +19,7 @@ type series struct {
 const (
 	stagePrefix     = "differential.stage."
 	partitionPrefix = "differential.partition."
+	txnPrefix       = "differential.txn."
 )
 
 // monotone lists the engine metrics that only grow during a partition's run
@@ -41,6 +42,13 @@ func seriesOf(name string) series {
 		if s, ok := engineSeries(name[len(partitionPrefix):], "differential_partition_", false); ok {
 			return s
 		}
+	case strings.HasPrefix(name, txnPrefix):
+		// The exactly-once counters (chainmetrics, kafka.FencedMetric).
+		rest := name[len(txnPrefix):]
+		if cause, ok := strings.CutPrefix(rest, "aborted."); ok {
+			return series{base: "differential_txn_aborted", labels: []label{{"cause", cause}}, monotone: true}
+		}
+		return series{base: "differential_txn_" + sanitize(rest), monotone: rest == "committed" || rest == "fenced"}
 	case strings.HasPrefix(name, "differential."):
 		return series{base: sanitize(name)}
 	}

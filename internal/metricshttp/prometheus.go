@@ -168,7 +168,11 @@ func (e *exposition) add(name string, m any) {
 	case metrics.GaugeFloat64:
 		e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: v.Value()})
 	case metrics.Counter:
-		e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: float64(v.Count())})
+		if s.monotone {
+			e.put(s.base+"_total", counter, help, seriesValue{labels: s.labels, value: float64(v.Count())})
+		} else {
+			e.put(s.base, gauge, help, seriesValue{labels: s.labels, value: float64(v.Count())})
+		}
 	case metrics.Meter:
 		snap := v.Snapshot()
 		e.put(s.base+"_total", counter, help, seriesValue{labels: s.labels, value: float64(snap.Count())})
@@ -236,23 +240,28 @@ func helpOf(base string) string {
 // engineHelp documents the engine's series (chain/stats.go), by the metric
 // part of the exported name.
 var engineHelp = map[string]string{
-	"position":              "Stage position next(S,p): every offset below it is complete.",
-	"watermark_unix_ms":     "Stage watermark wm(S,p): largest event time below the position, Unix ms (0: none).",
-	"lag":                   "High watermark minus the stage position (-1: high watermark unknown).",
-	"mode_polling":          "1 when the stage reads Kafka itself (polling mode), 0 when it reads the handoff buffer.",
-	"mode_switches":         "Switches between buffered and polling mode.",
-	"processed":             "Records the stage processed.",
-	"skipped":               "Records the stage skipped (filtered out or duplicates).",
-	"dead_lettered":         "Records the stage sent to the dead-letter topic.",
-	"retries":               "Processor retries.",
-	"idle_releases":         "Records the gate let through because the leader was idle.",
-	"in_flight":             "Records begun and not completed.",
-	"gap_offsets":           "Leader position minus this stage's position.",
-	"gap_ms":                "Leader watermark minus this stage's watermark, ms.",
-	"last_progress_unix_ms": "When the stage position last moved (checked every commit interval), Unix ms.",
-	"committed":             "Last offset Kafka acknowledged for the partition (-1: none).",
-	"commits":               "Commits Kafka acknowledged.",
-	"commit_errors":         "Commits that failed.",
-	"high_watermark":        "Partition high watermark as last seen (-1: unknown).",
-	"buffer_fill":           "Records in the partition's handoff buffer.",
+	"position":                   "Stage position next(S,p): every offset below it is complete.",
+	"watermark_unix_ms":          "Stage watermark wm(S,p): largest event time below the position, Unix ms (0: none).",
+	"lag":                        "High watermark minus the stage position (-1: high watermark unknown).",
+	"mode_polling":               "1 when the stage reads Kafka itself (polling mode), 0 when it reads the handoff buffer.",
+	"mode_switches":              "Switches between buffered and polling mode.",
+	"processed":                  "Records the stage processed.",
+	"skipped":                    "Records the stage skipped (filtered out or duplicates).",
+	"dead_lettered":              "Records the stage sent to the dead-letter topic.",
+	"retries":                    "Processor retries.",
+	"idle_releases":              "Records the gate let through because the leader was idle.",
+	"in_flight":                  "Records begun and not completed.",
+	"gap_offsets":                "Leader position minus this stage's position.",
+	"gap_ms":                     "Leader watermark minus this stage's watermark, ms.",
+	"last_progress_unix_ms":      "When the stage position last moved (checked every commit interval), Unix ms.",
+	"committed":                  "Last offset Kafka acknowledged for the partition (-1: none).",
+	"commits":                    "Commits Kafka acknowledged.",
+	"commit_errors":              "Commits that failed.",
+	"high_watermark":             "Partition high watermark as last seen (-1: unknown).",
+	"buffer_fill":                "Records in the partition's handoff buffer.",
+	"differential_txn_committed": "Exactly-once transactions committed.",
+	"differential_txn_aborted":   "Exactly-once transactions aborted, by cause.",
+	"differential_txn_cycle_ms":  "Exactly-once commit cycles, from the cut to the end of the commit or abort, ms.",
+	"differential_txn_records":   "Outputs, dead letters and changelog records per committed transaction.",
+	"differential_txn_fenced":    "Transactional producer sessions replaced because they were fenced.",
 }

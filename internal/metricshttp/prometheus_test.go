@@ -28,6 +28,10 @@ func TestSeriesOf(t *testing.T) {
 			[]label{{"topic", "events"}, {"partition", "0"}}, true},
 		{"differential.partition.a-b.7.high_watermark", "differential_partition_high_watermark",
 			[]label{{"topic", "a-b"}, {"partition", "7"}}, false},
+		{"differential.txn.aborted.send", "differential_txn_aborted", []label{{"cause", "send"}}, true},
+		{"differential.txn.committed", "differential_txn_committed", nil, true},
+		{"differential.txn.fenced", "differential_txn_fenced", nil, true},
+		{"differential.txn.cycle_ms", "differential_txn_cycle_ms", nil, false},
 		// Not the engine's layout: exported under a sanitized name.
 		{"differential.stage.events.x.click.position", "sarama_differential_stage_events_x_click_position", nil, false},
 		{"request-latency-in-ms-for-broker-1", "sarama_request_latency_in_ms", []label{{"broker", "1"}}, false},
@@ -56,6 +60,9 @@ func TestWriteIsValidExposition(t *testing.T) {
 	c := metrics.NewCounter()
 	c.Inc(2)
 	require.NoError(t, reg.Register("requests-in-flight-for-broker-1", c))
+	aborted := metrics.NewCounter()
+	aborted.Inc(3)
+	require.NoError(t, reg.Register("differential.txn.aborted.commit", aborted))
 	m := metrics.NewMeter()
 	m.Mark(5)
 	require.NoError(t, reg.Register("incoming-byte-rate", m))
@@ -87,6 +94,8 @@ func TestWriteIsValidExposition(t *testing.T) {
 	require.Equal(t, 3.0, sampleValue(t, fams, "differential_partition_commits_total", map[string]string{"topic": "events", "partition": "0"}))
 	require.Equal(t, "GAUGE", fams["sarama_requests_in_flight"].GetType().String())
 	require.Equal(t, 2.0, sampleValue(t, fams, "sarama_requests_in_flight", map[string]string{"broker": "1"}))
+	require.Equal(t, "COUNTER", fams["differential_txn_aborted_total"].GetType().String())
+	require.Equal(t, 3.0, sampleValue(t, fams, "differential_txn_aborted_total", map[string]string{"cause": "commit"}))
 	require.Equal(t, 5.0, sampleValue(t, fams, "sarama_incoming_byte_rate_total", nil))
 	require.Equal(t, 0.0, sampleValue(t, fams, "sarama_incoming_byte_rate_total", map[string]string{"broker": "1"}))
 	require.Contains(t, fams, "sarama_incoming_byte_rate_rate1")
