@@ -204,7 +204,7 @@ func TestEOSCostOptions(t *testing.T) {
 	}
 	d := Options{EOSCost: true}.withDefaults()
 	require.NoError(t, d.validate())
-	require.Equal(t, []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second}, d.CommitIntervals)
+	require.Equal(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}, d.CommitIntervals)
 	require.Equal(t, []string{"B", "A"}, d.Workloads)
 	require.Equal(t, costIdleTimeout, d.IdleTimeout)
 	require.Equal(t, costDuration, d.Duration)
