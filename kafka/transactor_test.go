@@ -191,7 +191,10 @@ func TestFencedTransactorRecovers(t *testing.T) {
 		require.True(t, ok, "%s registered", name)
 		return c.Count()
 	}
-	require.Equal(t, int64(1), count(kafka.FencedMetric), "one producer session was fenced and replaced")
+	// At least the fenced session: the abort of a replacement can be refused
+	// as fenced too (PRODUCER_FENCED), and each session replaced after a
+	// fencing counts.
+	require.GreaterOrEqual(t, count(kafka.FencedMetric), int64(1), "the fenced producer session was counted")
 	var aborted int64
 	for _, c := range chain.TxnAbortCauses {
 		aborted += count(chainmetrics.TxnAbortedPrefix + string(c))
