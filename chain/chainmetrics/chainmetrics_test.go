@@ -103,6 +103,9 @@ func TestTransactionMetrics(t *testing.T) {
 		ts := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 		tt.Feed(0, chaintest.Rec("k1", "x", ts), chaintest.Rec("k2", "y", ts))
 		tt.WaitCommitted(0, 2)
+		// The observer hears of a transaction after its commit is visible:
+		// let every goroutine settle before reading the series.
+		synctest.Wait()
 		counter := func(name string) int64 {
 			c, ok := reg.Get(name).(metrics.Counter)
 			require.True(t, ok, "%s registered", name)
