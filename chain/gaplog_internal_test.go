@@ -79,3 +79,38 @@ func TestGapLogTailDecisionWaitsForItsCommit(t *testing.T) {
 		next += 1
 	}
 }
+
+// At-least-once: a pending tail decision that every stage passed before a
+// commit carried it (records arrived and the ordinary rule released them)
+// is void: the next commit drops it and wakes a tail decision waiting
+// behind it, which is then taken for the new tail.
+func TestGapLogPendingDecisionOvertakenByRecords(t *testing.T) {
+	committed := int64(0)
+	g := newGapLog(time.Second, 2, true, func() int64 { return committed }, nil)
+	t0 := time.Unix(1000, 0)
+	g.note(gapRecs(t0, 0))
+	ok, first := g.decideTail(commit.IdleRelease{Stage: "b", After: 0, LeaderNext: 1}, false)
+	require.False(t, ok)
+	g.note(gapRecs(t0, 1, 2, 3)) // no gap: the stages pass 0 by the ordinary rule
+	r := commit.IdleRelease{Stage: "b", After: 3, LeaderNext: 4}
+	ok, answer := g.decideTail(r, false)
+	require.False(t, ok, "waits behind the pending decision")
+	rs, pending := g.forCommit(2)
+	require.Nil(t, pending, "a decision below the commit's offset is not carried")
+	require.Nil(t, rs)
+	for _, ch := range []<-chan struct{}{first, answer} {
+		select {
+		case <-ch:
+		default:
+			t.Fatal("a waiter behind the void decision is not woken")
+		}
+	}
+	ok, answer = g.decideTail(r, false)
+	require.False(t, ok, "the new tail decision is pending")
+	rs, pending = g.forCommit(2)
+	require.Equal(t, []commit.IdleRelease{r}, rs)
+	g.durable(pending)
+	<-answer
+	ok, _ = g.decideTail(r, false)
+	require.True(t, ok)
+}

@@ -225,7 +225,8 @@ func cmpInt64(a, b int64) int {
 
 // forCommit returns the recorded decisions a commit at offset off carries
 // (After >= off), with the pending one, which it returns too (nil: none)
-// for durable once the commit is acknowledged. Decisions are dropped only
+// for durable once the commit is acknowledged; a pending decision below
+// off is void and dropped. Decisions are dropped only
 // below the offset last committed: no stage processes a record at or
 // below them again, not after a restart, nor after an exactly-once
 // rewind (this commit may abort).
@@ -240,10 +241,20 @@ func (g *gapLog) forCommit(off int64) (rs []commit.IdleRelease, pending *commit.
 		i++
 	}
 	rs = slices.Clone(g.recorded[i:])
-	if p := g.pending; p != nil && p.After >= off {
-		i, _ := slices.BinarySearchFunc(rs, p.After, func(x commit.IdleRelease, a int64) int { return cmpInt64(x.After, a) })
-		rs = slices.Insert(rs, i, *p)
-		pending = p
+	if p := g.pending; p != nil {
+		if p.After < off {
+			// Every stage passed the decision (records arrived and the
+			// ordinary rule released them): no commit carries it, and no
+			// stage will ask for it again. It is void; a tail decision
+			// waiting behind it asks again.
+			g.pending = nil
+			close(g.durableC)
+			g.durableC = nil
+		} else {
+			i, _ := slices.BinarySearchFunc(rs, p.After, func(x commit.IdleRelease, a int64) int { return cmpInt64(x.After, a) })
+			rs = slices.Insert(rs, i, *p)
+			pending = p
+		}
 	}
 	if len(rs) == 0 {
 		rs = nil

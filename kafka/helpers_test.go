@@ -223,6 +223,26 @@ func (o *ledgerObserver) Committed(_ string, p int32, off int64, _ string) {
 	}
 }
 
+// waitDone waits until every partition's commit reached its end; on a
+// timeout it reports each unfinished partition's commit and stage
+// positions, which say which stage stalled.
+func (l *ledger) waitDone(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-l.done:
+		return
+	case <-time.After(waitTimeout):
+	}
+	l.mu.Lock()
+	for p, end := range l.ends {
+		if l.commits[p] < end {
+			t.Logf("partition %d: end %d, committed %d, stage positions %v", p, end, l.commits[p], l.positions[p])
+		}
+	}
+	l.mu.Unlock()
+	t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+}
+
 // processor records a stage's call for (partition, offset).
 func (l *ledger) processor(stage int, emit func(pc *chain.Context, ev *chain.Event)) chain.Processor {
 	return chain.ProcessorFunc(func(_ context.Context, pc *chain.Context, ev *chain.Event) error {

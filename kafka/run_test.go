@@ -123,7 +123,7 @@ func testGroupRebalances(t *testing.T, strategy sarama.BalanceStrategy) {
 	a2 := runMember(t, cfg, newChain)
 	recv(t, a2.active, "the restarted member to own partitions")
 	produce(85_000, records)
-	recv(t, l.done, "the group to commit every partition's end")
+	l.waitDone(t, "the group to commit every partition's end")
 	waitBegun(t, l, a2)
 	t.Logf("%d records x %d stages in %v (producing: %v); stage-0 begins: first member %d, second %d, restarted %d",
 		records, len(stageTypes), time.Since(begin), produceTime, aBegun, bm.begun.Load(), a2.begun.Load())
@@ -246,7 +246,7 @@ func TestSIGTERMCommitsWhatCompletedAndRestartRepeatsNothing(t *testing.T) {
 	}
 
 	second := runMember(t, cfg, newChain)
-	recv(t, l.done, "the restarted member to commit every partition's end")
+	l.waitDone(t, "the restarted member to commit every partition's end")
 	err, _ = second.stop(t)
 	require.NoError(t, err)
 	l.checkExactlyOnce(types)
@@ -312,7 +312,7 @@ func TestForeignCommitMetadataStartsEveryStageAtTheOffset(t *testing.T) {
 		require.NoError(t, err)
 		return ch
 	})
-	recv(t, l.done, "every partition's end committed")
+	l.waitDone(t, "every partition's end committed")
 	err, _ = m.stop(t)
 	require.NoError(t, err)
 
@@ -483,7 +483,7 @@ func TestFollowerPollsKafkaWhenBehindTheBuffer(t *testing.T) {
 	recv(t, holding, "the held record")
 	recv(t, l.after(l.total64()), "the leader to begin every record")
 	close(release)
-	recv(t, l.done, "every partition's end committed")
+	l.waitDone(t, "every partition's end committed")
 
 	for _, ps := range ch.Stats() {
 		if ps.Partition != holdP {
