@@ -101,6 +101,21 @@ type Config struct {
 	// Default DefaultMetadataRefresh (overriding the base's
 	// Metadata.RefreshFrequency); negative is an error.
 	MetadataRefresh time.Duration
+	// InstanceID, when set, makes the member static (Kafka's
+	// group.instance.id, KIP-345): the group knows it by this id across
+	// restarts, so a process that stops and starts again with the same id
+	// within SessionTimeout gets its partitions back without a rebalance,
+	// and no other member stops. It must be unique in the group (a second
+	// live member with the same id is fenced) and needs protocol version
+	// 2.3 (2.4 with LeaveOnStop). Default: the base's
+	// Consumer.Group.InstanceId (none: a dynamic member).
+	InstanceID string
+	// LeaveOnStop makes a static member (InstanceID) leave the group when
+	// Run returns, as a dynamic member always does: its partitions move to
+	// the other members at once instead of after SessionTimeout. Leave it
+	// false for a stop that is a restart (a rolling upgrade), true for one
+	// that is not (a scale-in, a spot termination).
+	LeaveOnStop bool
 	// Hooks observe the member's partitions come and go. Default: none.
 	Hooks Hooks
 }
@@ -117,8 +132,18 @@ type Hooks struct {
 	Released func(topic string, partition int32, err error)
 }
 
-// Kafka's rule for topic names (kafka.common.internals.Topic).
+// Kafka's rule for topic names (kafka.common.internals.Topic), which is
+// also its rule for group instance ids (JoinGroupRequest.validateGroupInstanceId).
 var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// ValidateInstanceID reports whether id can be a group instance id
+// (Config.InstanceID): 1 to 249 of a-z A-Z 0-9 . _ -, not "." or "..".
+func ValidateInstanceID(id string) error {
+	if !legalTopic.MatchString(id) || id == "." || id == ".." {
+		return fmt.Errorf("%q is not a legal group instance id (1-249 of a-z A-Z 0-9 . _ -, not . or ..)", id)
+	}
+	return nil
+}
 
 // Validate reports the first problem of the configuration, with the field's
 // name, or nil. Run calls it.
@@ -157,6 +182,11 @@ func (c *Config) validateFields() error {
 		return fmt.Errorf("kafka: Config.FetchBatch must be >= 0, got %d", c.FetchBatch)
 	case c.MetadataRefresh < 0:
 		return fmt.Errorf("kafka: Config.MetadataRefresh must be >= 0, got %v", c.MetadataRefresh)
+	}
+	if c.InstanceID != "" {
+		if err := ValidateInstanceID(c.InstanceID); err != nil {
+			return fmt.Errorf("kafka: Config.InstanceID: %w", err)
+		}
 	}
 	return nil
 }
@@ -197,6 +227,20 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 		return &sc
 	}
 	cc := clientConfigs{group: derive("group"), commit: derive("commit"), poll: derive("poll")}
+	// The group client joins with the instance id; the commit client's
+	// offset commits and the transactor's offsets (which read it from the
+	// commit client) carry it too, as the coordinator checks a static
+	// member's commits against it.
+	id := c.InstanceID
+	if id == "" {
+		id = base.Consumer.Group.InstanceId
+	}
+	if c.LeaveOnStop && id == "" {
+		return clientConfigs{}, errors.New("kafka: Config.LeaveOnStop is for a static member (Config.InstanceID): a dynamic member always leaves")
+	}
+	cc.group.Consumer.Group.InstanceId = id
+	cc.commit.Consumer.Group.InstanceId = id
+	cc.poll.Consumer.Group.InstanceId = ""
 
 	g := cc.group
 	g.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -239,6 +283,10 @@ func (c *Config) clientConfigs() (clientConfigs, error) {
 	}
 	if !g.Version.IsAtLeast(sarama.V0_10_2_0) {
 		return clientConfigs{}, fmt.Errorf("kafka: Config.Sarama.Version %v is too old: consumer groups need >= 0.10.2", g.Version)
+	}
+	if c.LeaveOnStop && !g.Version.IsAtLeast(sarama.V2_4_0_0) {
+		// LeaveGroup v3 names a member by its instance id.
+		return clientConfigs{}, fmt.Errorf("kafka: Config.LeaveOnStop needs Config.Sarama.Version >= 2.4, got %v", g.Version)
 	}
 	return cc, nil
 }

@@ -44,3 +44,12 @@ func SetTransactorClock(t *Transactor, now func() time.Time) {
 
 // SizeProbeAfter is how long a Transactor trusts a learned size limit.
 func SizeProbeAfter() time.Duration { return sizeProbeAfter }
+
+// InstanceIDs returns the group instance id of each of Run's clients.
+func InstanceIDs(c *Config) (group, commit, poll string, err error) {
+	cc, err := c.clientConfigs()
+	if err != nil {
+		return "", "", "", err
+	}
+	return cc.group.Consumer.Group.InstanceId, cc.commit.Consumer.Group.InstanceId, cc.poll.Consumer.Group.InstanceId, nil
+}

@@ -92,11 +92,17 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	// (drained, final commit). Then the member leaves the group, which
 	// closes Errors; the polling and commit clients, which the claims used,
 	// close after (deferred earlier).
+	// A static member's Close leaves nothing (KIP-345: the group keeps it
+	// for a restart within the session timeout); with LeaveOnStop it then
+	// leaves by its instance id, on the commit client, which is still open.
 	defer func() {
 		cancel(nil)
 		closeLogged(log, "consumer group", group)
 		logged.Wait()
 		closeLogged(log, "group client", groupClient)
+		if id := cc.group.Consumer.Group.InstanceId; id != "" && cfg.LeaveOnStop {
+			r.leaveStatic(id)
+		}
 	}()
 
 	err = r.consume(runCtx, group)
@@ -195,8 +201,62 @@ type runner struct {
 	probeClient sarama.Client  // leader probes (the commit client)
 	probes      sync.WaitGroup // running leader probes
 
-	mu  sync.Mutex
-	err error // the first fatal partition error
+	mu       sync.Mutex
+	err      error  // the first fatal partition error
+	memberID string // of the latest session, for a static member's leave
+}
+
+// leaveTimeout bounds a static member's LeaveGroup at the end of Run: past
+// it the member stays until its session times out, as it would without
+// LeaveOnStop.
+const leaveTimeout = 5 * time.Second
+
+// leaveStatic removes the static member id from the group (LeaveGroup v3+
+// by instance id, as Kafka's admin client removes a static member), so that
+// its partitions move now instead of after the session timeout. It names the
+// member id of the latest session: if a newer process with the same instance
+// id has joined since, the coordinator refuses (FENCED_INSTANCE_ID) instead
+// of removing that one. Failures are logged: the session timeout remains.
+func (r *runner) leaveStatic(instance string) {
+	r.mu.Lock()
+	member := r.memberID
+	r.mu.Unlock()
+	if member == "" {
+		return // never joined
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	client := r.offsets.client
+	who := sarama.MemberIdentity{MemberId: member, GroupInstanceId: &instance}
+	req := &sarama.LeaveGroupRequest{GroupId: r.cfg.Group, Version: 4}
+	if client.Config().Version.IsAtLeast(sarama.V3_2_0_0) {
+		req.Version = 5
+		reason := "the static member stopped (LeaveOnStop)"
+		who.Reason = &reason
+	}
+	req.Members = []sarama.MemberIdentity{who}
+	err := r.offsets.retry(ctx, func(coord *sarama.Broker) error {
+		resp, err := coord.LeaveGroup(req)
+		if err != nil {
+			_ = coord.Close()
+			return err
+		}
+		if resp.Err != sarama.ErrNoError {
+			return resp.Err
+		}
+		for _, m := range resp.Members {
+			if m.Err != sarama.ErrNoError {
+				return m.Err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("static member could not leave the group; its partitions move after the session timeout",
+			"instance_id", instance, "member", member, "err", err)
+		return
+	}
+	r.log.Info("static member left the group", "instance_id", instance, "member", member)
 }
 
 // fail records the first fatal error and stops the whole Run: the cancel
@@ -246,6 +306,9 @@ func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
 	h.mu.Lock()
 	h.initial = offs
 	h.mu.Unlock()
+	h.r.mu.Lock()
+	h.r.memberID = sess.MemberID()
+	h.r.mu.Unlock()
 	h.r.log.Info("session started", "member", sess.MemberID(), "generation", sess.GenerationID(), "partitions", claims)
 	return nil
 }

@@ -427,6 +427,17 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *kafka.Config) { c.SessionTimeout, c.HeartbeatInterval = time.Second, 2*time.Second },
 			"Heartbeat.Interval must be < Consumer.Group.Session.Timeout"},
 		{func(c *kafka.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.Version = sarama.V0_10_0_0 }, "consumer groups need >= 0.10.2"},
+		{func(c *kafka.Config) { c.InstanceID = "pod/0" }, `Config.InstanceID: "pod/0" is not a legal group instance id`},
+		{func(c *kafka.Config) { c.LeaveOnStop = true }, "Config.LeaveOnStop is for a static member"},
+		{func(c *kafka.Config) {
+			c.InstanceID, c.LeaveOnStop, c.Sarama = "pod-0", true, sarama.NewConfig()
+			c.Sarama.Version = sarama.V2_3_0_0
+		}, "Config.LeaveOnStop needs Config.Sarama.Version >= 2.4"},
+		{func(c *kafka.Config) {
+			c.InstanceID, c.Sarama = "pod-0", sarama.NewConfig()
+			c.Sarama.Version = sarama.V2_2_0_0
+		},
+			"Consumer.Group.InstanceId need Version >= 2.3"},
 		{func(c *kafka.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.Net.MaxOpenRequests = 0 }, "sarama configuration of the"},
 	} {
 		c := good
@@ -436,6 +447,31 @@ func TestConfigValidate(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want)
 		require.True(t, strings.HasPrefix(err.Error(), "kafka: "), err.Error())
 	}
+}
+
+// TestInstanceIDReachesTheGroupAndItsCommits: a static member joins with
+// its instance id and its offset commits (the commit client's, which the
+// Transactor's offsets read too) carry it, as the coordinator checks a
+// static member's commits against it; a base configuration's instance id
+// is the default.
+func TestInstanceIDReachesTheGroupAndItsCommits(t *testing.T) {
+	c := kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Topic: "in", Group: "g", InstanceID: "pod-0"}
+	group, commit, poll, err := kafka.InstanceIDs(&c)
+	require.NoError(t, err)
+	require.Equal(t, []string{"pod-0", "pod-0", ""}, []string{group, commit, poll})
+
+	c = kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Topic: "in", Group: "g", Sarama: sarama.NewConfig()}
+	c.Sarama.Consumer.Group.InstanceId = "from-base"
+	group, commit, _, err = kafka.InstanceIDs(&c)
+	require.NoError(t, err)
+	require.Equal(t, []string{"from-base", "from-base"}, []string{group, commit})
+	require.NoError(t, (&kafka.Config{Brokers: c.Brokers, Topic: "in", Group: "g", Sarama: c.Sarama, LeaveOnStop: true}).Validate(),
+		"the base's instance id makes a static member, which may leave on stop")
+
+	c = kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Topic: "in", Group: "g"}
+	group, commit, _, err = kafka.InstanceIDs(&c)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", ""}, []string{group, commit}, "a dynamic member by default")
 }
 
 // TestFollowerPollsKafkaWhenBehindTheBuffer: a follower held while its

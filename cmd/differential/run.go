@@ -127,7 +127,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
 		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog, "guarantee", o.guarantee,
-		"assignor", o.assignor, "key_concurrency", o.keyConcurrency, "gate", o.gate)
+		"assignor", o.assignor, "instance_id", o.instanceID, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	if o.velocity.window > 0 {
 		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
 			"alerts", o.velocity.alertsTopic(o.output))
@@ -136,7 +136,9 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
-		MetadataRefresh:  o.metaRefresh,
+		SessionTimeout:   o.sessionTimeout, HeartbeatInterval: o.heartbeat,
+		InstanceID: o.instanceID, LeaveOnStop: o.leaveOnStop,
+		MetadataRefresh: o.metaRefresh,
 		// /healthz calls a partition stalled when its leader has not
 		// answered for --stall-timeout: probe often enough that an idle
 		// partition never looks like one (and not more often than 10 times
@@ -151,13 +153,22 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 }
 
 // transactor connects exactly-once mode's transactional producer, with the
-// transactional id --transactional-id or <group>.<the state directory's
-// instance id>: stable across restarts of this process (a restart fences
-// its previous incarnation and aborts the transaction it left open at
-// once), never shared by two live processes (each has its own locked state
-// directory).
+// transactional id --transactional-id, or <group>.<--instance-id>, or
+// <group>.<the state directory's instance id>: stable across restarts of
+// this process (a restart fences its previous incarnation and aborts the
+// transaction it left open at once), never shared by two live processes
+// (each has its own locked state directory; two live static members with
+// one instance id are refused by the group, which fences one of them). A
+// static member's comes from its instance id because the group hands its
+// partitions back to the restarted process at once, before a transaction
+// the previous one left open would time out: only the same transactional
+// id aborts it at once, and the instance id is the one name the restart is
+// sure to keep, with a fresh or moved state directory too.
 func (o *runOptions) transactor(db *store.DB, cl *kafka.Changelog, sc *sarama.Config, reg metrics.Registry, log *slog.Logger) (*kafka.Transactor, error) {
 	id := o.txnID
+	if id == "" && o.instanceID != "" {
+		id = kafka.TransactionalID(o.group, o.instanceID)
+	}
 	if id == "" {
 		instance, err := db.InstanceID()
 		if err != nil {
@@ -165,9 +176,9 @@ func (o *runOptions) transactor(db *store.DB, cl *kafka.Changelog, sc *sarama.Co
 		}
 		id = kafka.TransactionalID(o.group, instance)
 	}
-	if o.txnTimeout >= 10*time.Second {
-		log.Warn("--transaction-timeout is not below the group session timeout (10s): after a crash, the partitions restart elsewhere before the brokers abort the crashed process's transaction, and read_committed readers (restores included) wait for it",
-			"transaction_timeout", o.txnTimeout)
+	if o.txnTimeout >= o.sessionTimeout {
+		log.Warn("--transaction-timeout is not below --session-timeout: after a crash, the partitions restart elsewhere before the brokers abort the crashed process's transaction, and read_committed readers (restores included) wait for it",
+			"transaction_timeout", o.txnTimeout, "session_timeout", o.sessionTimeout)
 	}
 	log.Info("exactly-once: transactional producer", "transactional_id", id, "transaction_timeout", o.txnTimeout)
 	return kafka.NewTransactor(kafka.TransactorConfig{

@@ -30,6 +30,10 @@ type runOptions struct {
 	metaVersion    string // --metadata-version: "4" (default), "3" or "2" (rolling-upgrade compatibility)
 	txnTimeout     time.Duration
 	txnID          string
+	instanceID     string        // --instance-id: static membership
+	leaveOnStop    bool          // --leave-on-stop: a static member leaves when it stops
+	sessionTimeout time.Duration // --session-timeout
+	heartbeat      time.Duration // --heartbeat-interval
 	assignor       string
 	start          string
 	kafkaVersion   string
@@ -60,6 +64,17 @@ const (
 	maxMetadataRefresh = 24 * time.Hour
 )
 
+// The group's session timeout and heartbeat interval by default. The
+// session timeout is sarama's and Kafka's; the heartbeat is a third of
+// sarama's 3 s, because a member learns of a rebalance only at its next
+// heartbeat: a member that leaves (a clean stop) hands its partitions over
+// within about one heartbeat interval instead of three seconds, for one
+// small request per second per member.
+const (
+	defaultSessionTimeout = 10 * time.Second
+	defaultHeartbeat      = time.Second
+)
+
 // maxKeyConcurrency is the chain's default in-flight window, which bounds a
 // stage's key concurrency.
 const maxKeyConcurrency = chain.DefaultInFlight
@@ -75,6 +90,7 @@ func defaultRunOptions() runOptions {
 		start: "earliest", kafkaVersion: defaultKafkaVersion,
 		lookback: a.Lookback, lateness: a.Lateness, retention: a.InstallRetention,
 		maxClockSkew: a.MaxClockSkew, maxRecordBytes: a.MaxRecordBytes,
+		sessionTimeout: defaultSessionTimeout, heartbeat: defaultHeartbeat,
 		stallTimeout: time.Minute, metaRefresh: kafka.DefaultMetadataRefresh, logFormat: "text", logLevel: "info",
 		tracing: defaultTracingFlags(),
 	}
@@ -103,8 +119,12 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.changelogTopic, "changelog-topic", o.changelogTopic, "changelog `topic`, created if missing (default <group>.<topic>.state)")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once`. exactly-once: each commit interval is one Kafka transaction, and read_committed readers see every output once, ever; it needs --changelog and brokers that run transactions (Kafka 2.5+). at-least-once: no transactions; a crash repeats the outputs since the last commit, byte-identical (docs/guarantees.md)")
 	fs.Var(enumValue{&o.metaVersion, []string{"2", "3", "4"}}, "metadata-version", "newest commit metadata `version` to write: 4 (dfl4: the idle releases decided at the live tail are recorded), 3 (no dfl4: what binaries before dfl4 read; at-least-once checkpoints carry the offsets completed above each position) or 2 (no dfl3: what binaries before dfl3 read; keeps the key gate's admission step). Use the version the oldest binary in a rolling group reads (docs/operations.md \"Upgrades\")")
-	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below the group session timeout (10s)")
-	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<instance id kept in --state-dir>); two live processes must never share one")
+	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below --session-timeout")
+	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<--instance-id>, or <group>.<instance id kept in --state-dir> without one); two live processes must never share one")
+	fs.StringVar(&o.instanceID, "instance-id", o.instanceID, "static group membership (Kafka's group.instance.id): this process's `id`, unique in the group and the same across its restarts; a restart within --session-timeout gets its partitions back without a rebalance. Empty: a dynamic member")
+	fs.BoolVar(&o.leaveOnStop, "leave-on-stop", o.leaveOnStop, "with --instance-id: leave the group on a clean stop (SIGTERM) so the partitions move at once; false: the group keeps them for a restart within --session-timeout (a dynamic member always leaves)")
+	fs.Var(durationValue{&o.sessionTimeout}, "session-timeout", "the `duration` after which the group removes a member it has not heard from (a killed or frozen process, a static member that stopped) and moves its partitions; within the brokers' group.min/max.session.timeout.ms")
+	fs.Var(durationValue{&o.heartbeat}, "heartbeat-interval", "how often the member heartbeats, which is also how soon it learns of a rebalance (a member that left, one that joined): a `duration` below --session-timeout")
 	fs.Var(enumValue{&o.assignor, []string{assignorSticky, assignorCooperative}}, "assignor", "how the group assigns partitions: `sticky|cooperative-sticky`")
 	fs.Var(enumValue{&o.start, []string{"earliest", "latest"}}, "start", "where a partition without a committed offset begins: `earliest|latest`")
 	fs.StringVar(&o.kafkaVersion, "kafka-version", o.kafkaVersion, "Kafka protocol `version` to speak")
@@ -209,6 +229,17 @@ func (o *runOptions) validate() error {
 		return usagef("--transaction-timeout (%s) must exceed --commit-interval (%s): a transaction stays open for a commit interval", o.txnTimeout, o.commitInterval)
 	case !o.exactlyOnce() && o.txnID != "":
 		return usagef("--transactional-id is for --guarantee exactly-once")
+	case o.leaveOnStop && o.instanceID == "":
+		return usagef("--leave-on-stop is for a static member (--instance-id): a dynamic member always leaves on a clean stop")
+	case o.sessionTimeout <= 0:
+		return usagef("--session-timeout must be > 0, got %s", o.sessionTimeout)
+	case o.heartbeat <= 0 || o.heartbeat >= o.sessionTimeout:
+		return usagef("--heartbeat-interval must be > 0 and below --session-timeout (%s), got %s", o.sessionTimeout, o.heartbeat)
+	}
+	if o.instanceID != "" {
+		if err := kafka.ValidateInstanceID(o.instanceID); err != nil {
+			return usagef("--instance-id: %v", err)
+		}
 	}
 	if err := o.velocity.validate(); err != nil {
 		return err
@@ -226,6 +257,12 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	o.version = v
+	switch {
+	case o.instanceID != "" && !v.IsAtLeast(sarama.V2_3_0_0):
+		return usagef("--instance-id needs --kafka-version 2.3.0 or later (static membership), got %s", o.kafkaVersion)
+	case o.leaveOnStop && !v.IsAtLeast(sarama.V2_4_0_0):
+		return usagef("--leave-on-stop needs --kafka-version 2.4.0 or later (a leave by instance id), got %s", o.kafkaVersion)
+	}
 	if o.security, err = o.sec.security(); err != nil {
 		return err
 	}
