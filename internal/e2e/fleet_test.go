@@ -104,8 +104,10 @@ type member struct {
 	exited chan error
 	logs   *logTail
 	mu     sync.Mutex
-	// started counts "partition started" lines.
-	started int
+	// started counts "partition started" lines, stopped "partition
+	// stopped" lines, sessions "session started" lines (one per
+	// generation the member joined).
+	started, stopped, sessions int
 }
 
 // fleet is a group of `differential run` processes over one input.
@@ -183,7 +185,9 @@ func (f *fleet) growToThree(t *testing.T, slice func(int) []workload.Record, mar
 	return a, b, c
 }
 
-func (f *fleet) start(t *testing.T, name string) *member {
+// start runs member name with the fleet's flags, then extra (the member's
+// own, after the fleet's extra: the last one counts).
+func (f *fleet) start(t *testing.T, name string, extra ...string) *member {
 	t.Helper()
 	level := "info"
 	if os.Getenv("DIFFERENTIAL_E2E_DUMP") != "" {
@@ -206,6 +210,7 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		cmd.Args = append(cmd.Args, "--guarantee", "at-least-once")
 	}
 	cmd.Args = append(cmd.Args, f.extra...)
+	cmd.Args = append(cmd.Args, extra...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -219,11 +224,16 @@ func (f *fleet) start(t *testing.T, name string) *member {
 		for sc.Scan() {
 			line := sc.Text()
 			m.logs.add(line)
-			if strings.Contains(line, `"msg":"partition started"`) {
-				m.mu.Lock()
+			m.mu.Lock()
+			switch {
+			case strings.Contains(line, `"msg":"partition started"`):
 				m.started++
-				m.mu.Unlock()
+			case strings.Contains(line, `"msg":"partition stopped"`):
+				m.stopped++
+			case strings.Contains(line, `"msg":"session started"`):
+				m.sessions++
 			}
+			m.mu.Unlock()
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		m.exited <- cmd.Wait()

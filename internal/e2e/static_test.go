@@ -1,0 +1,131 @@
+package e2e_test
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/internal/workload"
+	"github.com/differential-dev/differential/processors/attribution"
+	"github.com/differential-dev/differential/processors/attribution/reference"
+)
+
+// staticSession is the session timeout of the static-membership tests:
+// long enough that a restart on a loaded machine comes back within it, and
+// that a move after it is told apart from a move at once.
+const staticSession = 30 * time.Second
+
+// counts returns m's partition starts, partition stops and sessions so far.
+func (m *member) counts() (started, stopped, sessions int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started, m.stopped, m.sessions
+}
+
+// logged reports whether m's recent log has a line containing s.
+func (m *member) logged(s string) bool {
+	return strings.Contains(m.logs.String(), s)
+}
+
+// TestStaticMemberRestartMovesNothing runs two static members (exactly-once,
+// eager sticky, every partition stops at a rebalance) and restarts one of
+// them within the session timeout twice — after a clean stop, which keeps
+// its membership, and after a SIGKILL mid-stream: the other member never
+// starts a new session nor stops or starts a partition, the restarted
+// process gets its partitions back, and a read_committed reader sees every
+// output of the model exactly once (the restart's producer, with the
+// transactional id made of the instance id, aborted the transaction the
+// killed process left open). Then the member stops with --leave-on-stop:
+// its partitions move to the other at once, well before the session
+// timeout. Real broker only: the embedded one does not implement static
+// membership.
+func TestStaticMemberRestartMovesNothing(t *testing.T) {
+	if os.Getenv("DIFFERENTIAL_TEST_BROKERS") == "" {
+		t.Skip("static membership needs a real broker: set DIFFERENTIAL_TEST_BROKERS (docs/testing.md)")
+	}
+	const partitions = 4
+	f := newFleet(t, buildCLI(t), "static", partitions, "sticky", true,
+		"--session-timeout", staticSession.String())
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = 20_000, partitions, 1000, 31
+	wc.Start = wc.Start.AddDate(0, -1, 0) // see testFleet
+	wc.MaxRecordBytes = 16 << 10
+	f.cfg = attribution.DefaultConfig()
+	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	f.cfg.IdleTimeout = 10 * time.Minute
+	recs := workload.Generate(wc)
+	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }
+	const margin = 300
+
+	f.produce(t, slice(0))
+	a := f.start(t, "a", "--instance-id", "a")
+	f.waitCovered(t, margin, "a alone")
+	b := f.start(t, "b", "--instance-id", "b")
+	f.produce(t, slice(1))
+	f.waitStarted(t, b)
+	f.produce(t, slice(2))
+	f.waitCovered(t, margin, "a, b")
+	aStarted, aStopped, aSessions := a.counts()
+	require.Positive(t, aStarted)
+
+	// A clean stop keeps b's membership: its partitions wait for it.
+	f.stop(t, b)
+	require.False(t, b.logged(`"msg":"static member left the group"`))
+	f.produce(t, slice(3))
+	stopped := time.Now()
+	b = f.start(t, "b", "--instance-id", "b")
+	f.waitStarted(t, b)
+	t.Logf("b restarted after a clean stop: its partitions started %v after the restart began", time.Since(stopped).Round(time.Millisecond))
+	f.produce(t, slice(4))
+	f.waitCovered(t, margin, "a, b after b's clean restart")
+
+	// A SIGKILL mid-stream, a restart at once.
+	f.produce(t, slice(5))
+	f.kill(t, b)
+	b = f.start(t, "b", "--instance-id", "b")
+	f.waitStarted(t, b)
+	f.produce(t, slice(6))
+	f.waitCovered(t, margin, "a, b after b's kill and restart")
+
+	started, stoppedParts, sessions := a.counts()
+	require.Equal(t, []int{aStarted, aStopped, aSessions}, []int{started, stoppedParts, sessions},
+		"a static member's restarts within the session timeout rebalance nothing: a's partition starts, stops and sessions")
+	_, _, bSessions := b.counts()
+	require.Equal(t, 1, bSessions, "the restarted b joined once, into the running generation")
+
+	// Outputs so far: none repeated, none different from the model's.
+	r := f.check(t, reference.NoDuplicates)
+	o := r.Outputs()
+	require.Zero(t, o.Mismatched+o.Unexpected+o.IdenticalDuplicates+o.ConflictingDuplicates+
+		r.DeadLetters.Mismatched+r.DeadLetters.Unexpected+r.DeadLetters.IdenticalDuplicates+r.DeadLetters.ConflictingDuplicates, r.Summary())
+
+	// With --leave-on-stop the stop hands b's partitions over at once.
+	f.stop(t, b)
+	b = f.start(t, "b", "--instance-id", "b", "--leave-on-stop")
+	f.waitStarted(t, b)
+	f.produce(t, slice(7))
+	f.waitCovered(t, margin, "a, b with --leave-on-stop")
+	before, _, _ := a.counts()
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	sent := time.Now()
+	require.NoError(t, <-b.exited, b.logs.String())
+	delete(f.members, b.name)
+	require.True(t, b.logged(`"msg":"static member left the group"`), b.logs.String())
+	f.waitStartedMore(t, a, before)
+	gap := time.Since(sent)
+	t.Logf("--leave-on-stop: a started b's partitions %v after b's SIGTERM", gap.Round(time.Millisecond))
+	require.Less(t, gap, staticSession, "a leaving static member's partitions move before its session times out")
+
+	f.produce(t, slice(8))
+	f.produce(t, slice(9))
+	f.sentinels(t)
+	f.waitCovered(t, 0, "a alone after b left: everything")
+	f.stop(t, a)
+	f.b.WaitStable(t, f.out)
+	f.b.WaitStable(t, f.dlq)
+	f.verify(t)
+}
