@@ -134,6 +134,9 @@ type fleet struct {
 	exits chan struct{}
 	// extra flags for every member's `differential run` (soak tests).
 	extra []string
+	// onLine, when set before a member starts, gets every log line of
+	// it, with the time it was read (the failover benchmark).
+	onLine func(m *member, line string, at time.Time)
 }
 
 // newFleet is a fleet of no member yet on a fresh broker (testbroker.New):
@@ -223,6 +226,9 @@ func (f *fleet) start(t *testing.T, name string, extra ...string) *member {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if f.onLine != nil {
+				f.onLine(m, line, time.Now())
+			}
 			m.logs.add(line)
 			m.mu.Lock()
 			switch {
