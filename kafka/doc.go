@@ -126,6 +126,16 @@
 // final commit (the late commit is then refused as ILLEGAL_GENERATION, and
 // the new owner repeats what the old one finished after its last commit).
 //
+// # Leaving the group
+//
+// When Run returns, every partition has made its final commit; then a
+// dynamic member leaves the group (sarama's Close sends LeaveGroup), so the
+// others rejoin at their next heartbeat instead of after the session
+// timeout. A static member (Config.InstanceID) does not leave (KIP-345: the
+// group keeps it, with its partitions, for a restart within the session
+// timeout, which then rebalances nothing) unless Config.LeaveOnStop, which
+// removes it by its instance id.
+//
 // # Guarantees
 //
 //   - A clean rebalance or stop repeats nothing and loses nothing: every

@@ -259,9 +259,20 @@ func stream(t *testing.T, f *fleet, recs []workload.Record, rate int) (stop func
 		}
 		done <- fmt.Errorf("the stream ran out of its %d records: generate more", len(recs))
 	}()
+	var once sync.Once
+	var err error
+	end := func() {
+		once.Do(func() {
+			close(quit)
+			err = <-done
+		})
+	}
+	// A failed test stops the stream before the producer closes (cleanups
+	// run last first; newFleet registered the producer's).
+	t.Cleanup(end)
 	return func() int {
-		close(quit)
-		require.NoError(t, <-done)
+		end()
+		require.NoError(t, err)
 		return sent
 	}
 }
@@ -347,6 +358,9 @@ func failoverRun(t *testing.T, bin, assignor string, static bool) []gap {
 	f.stop(t, c)
 	c = f.start(t, "c", id("c")...)
 	gaps = append(gaps, tr.await(t, f, "SIGTERM, restart at once", nil, at, moved, limit))
+	// A dynamic c's partitions ran elsewhere meanwhile; it gets some back
+	// at the next rebalance.
+	f.waitStarted(t, c)
 	tr.settle(t, partitions, time.Now())
 
 	// c crashes and is restarted at once.
@@ -355,6 +369,7 @@ func failoverRun(t *testing.T, bin, assignor string, static bool) []gap {
 	f.kill(t, c)
 	c = f.start(t, "c", id("c")...)
 	gaps = append(gaps, tr.await(t, f, "SIGKILL, restart at once", old, at, moved, limit))
+	f.waitStarted(t, c)
 	tr.settle(t, partitions, time.Now())
 
 	// b crashes for good.
