@@ -4,5 +4,8 @@
 // restarted, and fleets of `differential run` processes, in at-least-once
 // mode (repeats only byte-identical) and exactly-once mode (a read_committed
 // reader sees every output once: TestExactlyOnceSIGKILLRestart,
-// TestExactlyOnceFleet). It has no non-test code.
+// TestExactlyOnceFleet), static members restarted without a rebalance
+// (TestStaticMemberRestartMovesNothing, real broker), and the fleet
+// benchmark of failover gaps (TestFleetFailoverGap, opt-in). It has no
+// non-test code.
 package e2e
