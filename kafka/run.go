@@ -91,10 +91,10 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	// Consume has returned when this runs, so every claim has returned
 	// (drained, final commit). Then the member leaves the group, which
 	// closes Errors; the polling and commit clients, which the claims used,
-	// close after (deferred earlier).
-	// A static member's Close leaves nothing (KIP-345: the group keeps it
-	// for a restart within the session timeout); with LeaveOnStop it then
-	// leaves by its instance id, on the commit client, which is still open.
+	// close after (deferred earlier). A static member's Close leaves
+	// nothing (KIP-345: the group keeps it for a restart within the session
+	// timeout); with LeaveOnStop it then leaves by its instance id, on the
+	// commit client, which is still open.
 	defer func() {
 		cancel(nil)
 		closeLogged(log, "consumer group", group)
