@@ -165,16 +165,9 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 // id aborts it at once, and the instance id is the one name the restart is
 // sure to keep, with a fresh or moved state directory too.
 func (o *runOptions) transactor(db *store.DB, cl *kafka.Changelog, sc *sarama.Config, reg metrics.Registry, log *slog.Logger) (*kafka.Transactor, error) {
-	id := o.txnID
-	if id == "" && o.instanceID != "" {
-		id = kafka.TransactionalID(o.group, o.instanceID)
-	}
-	if id == "" {
-		instance, err := db.InstanceID()
-		if err != nil {
-			return nil, fmt.Errorf("--state-dir %s: %w", o.stateDir, err)
-		}
-		id = kafka.TransactionalID(o.group, instance)
+	id, err := o.transactionalID(db)
+	if err != nil {
+		return nil, err
 	}
 	if o.txnTimeout >= o.sessionTimeout {
 		log.Warn("--transaction-timeout is not below --session-timeout: after a crash, the partitions restart elsewhere before the brokers abort the crashed process's transaction, and read_committed readers (restores included) wait for it",
@@ -185,6 +178,21 @@ func (o *runOptions) transactor(db *store.DB, cl *kafka.Changelog, sc *sarama.Co
 		Brokers: o.brokers, TransactionalID: id, Timeout: o.txnTimeout, Changelog: cl,
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg,
 	})
+}
+
+// transactionalID is the transactional id transactor uses.
+func (o *runOptions) transactionalID(db *store.DB) (string, error) {
+	switch {
+	case o.txnID != "":
+		return o.txnID, nil
+	case o.instanceID != "":
+		return kafka.TransactionalID(o.group, o.instanceID), nil
+	}
+	instance, err := db.InstanceID()
+	if err != nil {
+		return "", fmt.Errorf("--state-dir %s: %w", o.stateDir, err)
+	}
+	return kafka.TransactionalID(o.group, instance), nil
 }
 
 // preflight connects once and checks that the input, output and dead-letter
