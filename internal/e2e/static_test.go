@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,4 +142,35 @@ func TestStaticMemberRestartMovesNothing(t *testing.T) {
 	f.b.WaitStable(t, f.out)
 	f.b.WaitStable(t, f.dlq)
 	f.verify(t)
+}
+
+// TestDuplicateInstanceIDStopsTheOlderProcess: a second process started
+// with a running one's --instance-id takes its place in the group; the
+// older one is fenced and exits with an error (1) that says so, instead of
+// both taking the membership from each other for ever.
+func TestDuplicateInstanceIDStopsTheOlderProcess(t *testing.T) {
+	f := newFleet(t, buildCLI(t), "dupid", 2, "sticky", false)
+	wc := workload.DefaultConfig()
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = 2_000, 2, 100, 7
+	wc.Start = wc.Start.AddDate(0, -1, 0) // see testFleet
+	wc.MaxRecordBytes = 16 << 10
+	f.cfg = attribution.DefaultConfig()
+	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	f.produce(t, workload.Generate(wc))
+
+	older := f.start(t, "older", "--instance-id", "same")
+	f.waitStarted(t, older)
+	newer := f.start(t, "newer", "--instance-id", "same")
+	select {
+	case err := <-older.exited:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, older.logs.String())
+		require.Equal(t, 1, ee.ExitCode(), older.logs.String())
+		require.Contains(t, older.logs.String(), "another consumer with the same group.instance.id")
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the fenced process still runs 2 minutes after another took its instance id\n%s", older.logs.String())
+	}
+	delete(f.members, older.name)
+	f.waitStarted(t, newer)
+	f.stop(t, newer)
 }
