@@ -287,8 +287,8 @@ func stream(t *testing.T, f *fleet, recs []workload.Record, rate int) (stop func
 // the signal (or the new process's start) until they started at their new
 // owner, and until their first output from it; and how many partitions of
 // the other members stopped meanwhile. Every assignor, with dynamic and
-// static members (--instance-id; the member stopped for good has
-// --leave-on-stop). At the end the outputs are the model's, each exactly
+// static members (--instance-id; the first one stopped for good has
+// --leave-on-stop, the last one not). At the end the outputs are the model's, each exactly
 // once. Opt-in (DIFFERENTIAL_FLEET_BENCH=1, a real broker): a few minutes.
 // DIFFERENTIAL_FLEET_BENCH_FLAGS adds flags to every member (say
 // "--heartbeat-interval 3s"), split at spaces.
