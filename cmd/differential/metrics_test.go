@@ -53,16 +53,19 @@ func TestMetricsAndHealth(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{
 		"differential_stage_position", "differential_stage_lag", "differential_stage_mode_polling",
-		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
-		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
-		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
-		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",
+		"differential_stage_watermark_timestamp_seconds", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
+		"differential_stage_last_progress_timestamp_seconds", "differential_partition_committed", "differential_partition_commits_total",
+		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_seconds",
+		"sarama_incoming_bytes_total", "sarama_records_sent_total", "differential_build_info",
 		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes",
 	} {
 		require.Contains(t, fams, name, "series %s in:\n%s", name, body)
 	}
 	require.Contains(t, body, fmt.Sprintf(`differential_stage_position{partition="%d",stage="purchase",topic=%q}`, blocked, tp.in))
 	require.Contains(t, body, fmt.Sprintf(`sarama_consumer_group_sync_total{group=%q} 1`, tp.group))
+	problems, err := metricshttp.Lint(strings.NewReader(body))
+	require.NoError(t, err)
+	require.Empty(t, problems, "the exposition follows Prometheus' naming rules:\n%s", body)
 
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, status, body)

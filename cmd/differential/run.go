@@ -115,7 +115,8 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	if o.metricsAddr != "" {
 		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now}
-		stop, err := serveMetrics(o.metricsAddr, reg, health, log, e.hooks.metricsListening)
+		mo := metricshttp.Options{Topics: o.topics(), Stats: ch.Stats, Stages: ch.StageNames()}
+		stop, err := serveMetrics(o.metricsAddr, reg, mo, health, log, e.hooks.metricsListening)
 		if err != nil {
 			return err
 		}
@@ -148,6 +149,16 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run stopped cleanly")
 	return nil
+}
+
+// topics are the topics run reads and writes, for the topic labels of
+// sarama's per-topic metrics.
+func (o *runOptions) topics() []string {
+	t := []string{o.topic, o.output, o.dlq, o.velocity.alerts}
+	if o.changelog {
+		t = append(t, o.changelogName())
+	}
+	return t
 }
 
 // transactor connects exactly-once mode's transactional producer, with the

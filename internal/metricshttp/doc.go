@@ -25,13 +25,30 @@
 // the partition is an integer, so topics may contain dots (Kafka allows
 // them) but stage names must not (the attribution stages' do not). The
 // engine's monotone gauges (commits, processed, ...) are exported as
-// counters with a _total suffix; the others as gauges.
+// counters with a _total suffix; the others as gauges. The exactly-once
+// series differential.txn.* and the window counters'
+// differential.window.<window>.<metric> (a window label) follow the same
+// rules. Every family has a HELP text of its own (the tables in
+// prometheus.go and names.go; a metric no table knows says which registry
+// name it comes from).
+//
+// Units are Prometheus' base units: a registry name in milliseconds is
+// exported in seconds, <x>_unix_ms as <x>_timestamp_seconds and <x>_ms or
+// <x>_in_ms as <x>_seconds, its value scaled.
 //
 // Every other metric of the registry is sarama's (the registry is shared
-// with the Kafka clients) and is exported as sarama_<name>, with the
-// per-broker, per-topic and per-group variants turned into labels:
-// request-latency-in-ms-for-broker-1 becomes
-// sarama_request_latency_in_ms{broker="1"}.
+// with the Kafka clients) and is exported as sarama_<name> under the same
+// rules (a meter <x>-rate counts <x>, sarama_<x>_total; sizes are _bytes),
+// with the per-broker, per-topic, per-group and per-API-key variants
+// turned into labels: request-latency-in-ms-for-broker-1 becomes
+// sarama_request_latency_seconds{broker="1"}. sarama writes a topic into a
+// name with '.' as '_'; Options.Topics gives the topics whose real names
+// the topic label carries.
+//
+// Options.Stats adds zero-valued series for the partitions that are
+// assigned but have not started their stages (no record yet), and
+// Options.BuildInfo differential_build_info. Lint checks an exposition
+// against the naming rules.
 //
 // Types: a go-metrics Counter can go down (sarama's requests-in-flight), so
 // it is a Prometheus gauge; a Meter is a counter <name>_total plus gauges
