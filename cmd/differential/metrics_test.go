@@ -24,11 +24,12 @@ import (
 // blocked on one partition: /metrics serves the engine's per-stage and
 // per-partition series and sarama's client metrics from the one registry,
 // and the Go runtime's and the process's series;
-// /healthz is 200 while the blocked stage is within the stall timeout, 503
+// /healthz (and /readyz) is 200 while the blocked stage is within the stall timeout, 503
 // naming the partition and stage once it is not (the health check's clock
 // is moved forward instead of waiting a minute), and once the stage is
 // released and has caught up no stage is stalled (no lag), and 200 again
-// on the real clock (every partition's leader answers its probe).
+// on the real clock (every partition's leader answers its probe); /livez
+// is 200 throughout, when every partition's leader seems not to answer too.
 func TestMetricsAndHealth(t *testing.T) {
 	tp := newTopics(t, 3)
 	tp.produce(t, 3000, 5)
@@ -69,11 +70,18 @@ func TestMetricsAndHealth(t *testing.T) {
 
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, status, body)
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
 
 	skew.Store(int64(2 * time.Minute))
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusServiceUnavailable, status, body)
 	require.Contains(t, body, fmt.Sprintf("%s/%d stage purchase: position ", tp.in, blocked))
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body, fmt.Sprintf("stalled %s/%d stage purchase: position ", tp.in, blocked))
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, "a stalled stage is no reason to restart: %s", body)
 
 	close(pz.release)
 	recv(t, w.reach(ends), "the group to commit every partition's end")
@@ -88,9 +96,18 @@ func TestMetricsAndHealth(t *testing.T) {
 	for part := range tp.partitions {
 		require.Contains(t, body, fmt.Sprintf("%s/%d: no answer from the partition's leader for 2m", tp.in, part))
 	}
+	// What a broker outage looks like: not ready, but alive (a liveness
+	// probe on /healthz would restart every member).
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body, fmt.Sprintf("stalled %s/0: no answer from the partition's leader for 2m", tp.in))
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, body)
 	skew.Store(0)
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, status, "no lag, leaders answering: %s", body)
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
 

@@ -39,7 +39,7 @@ func serveMetrics(addr string, reg metrics.Registry, mo metricshttp.Options, hea
 		}
 	}()
 	bound := ln.Addr().String()
-	log.Info("serving /metrics and /healthz", "addr", bound)
+	log.Info("serving /metrics, /healthz, /livez and /readyz", "addr", bound)
 	if listening != nil {
 		listening(bound)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,8 +114,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	if err != nil {
 		return &usageError{err}
 	}
+	var running atomic.Bool // /livez: false once kafka.Run has returned
+	running.Store(true)
 	if o.metricsAddr != "" {
-		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now}
+		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now,
+			Running: running.Load}
 		mo := metricshttp.Options{Topics: o.topics(), Stats: ch.Stats, Stages: ch.StageNames()}
 		stop, err := serveMetrics(o.metricsAddr, reg, mo, health, log, e.hooks.metricsListening)
 		if err != nil {
@@ -144,6 +148,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		// a second per partition).
 		ProbeInterval: max(min(kafka.DefaultProbeInterval, o.stallTimeout/5), 100*time.Millisecond),
 	})
+	running.Store(false)
 	if err != nil {
 		return err
 	}
