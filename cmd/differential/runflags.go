@@ -19,6 +19,7 @@ type runOptions struct {
 	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --gate, --commit-interval, --shutdown-timeout, --output, --dlq
 
 	config         string
+	printConfig    bool
 	brokers        []string
 	topic          string
 	group          string
@@ -92,6 +93,7 @@ click_velocity alert to --alerts when the count first exceeds
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
+	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration, each value with where it came from (flag, environment, file, default; secrets redacted), as a YAML file --config reads, and exit")
 	fs.Var(listValue{&o.brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,host:port...]` (required)")
 	fs.StringVar(&o.topic, "topic", o.topic, "input `topic` (must exist)")
 	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
@@ -139,13 +141,19 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+	src, err := settle(fs, e, &o.config, flagNames(new(produceOptions).register))
+	if err != nil {
 		return o, err
 	}
 	o.velocity.noteSet(fs)
 	o.tracing.noteSet(fs, e.lookupEnv)
+	o.tracing.noteSources(src)
 	o.alerts = o.velocity.alerts
-	return o, o.validate()
+	err = src.explain(o.validate())
+	if o.printConfig {
+		printConfig(e.stdout, fs, src)
+	}
+	return o, err
 }
 
 // validate reports the first invalid setting, naming its flag (which is
@@ -283,7 +291,7 @@ func (o *runOptions) attribution() attribution.Config {
 // runCmd is `differential run`.
 func runCmd(ctx context.Context, args []string, e *env) error {
 	o, err := parseRunOptions(args, e)
-	if err != nil {
+	if err != nil || o.printConfig {
 		return err
 	}
 	return o.execute(ctx, e)
