@@ -23,6 +23,7 @@ import (
 // every partition and makes the final commits) or a fatal error.
 func (o *runOptions) execute(ctx context.Context, e *env) error {
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	defer flushLog(log)
 	if o.logLevel == "debug" {
 		// sarama's own client log (connections, subscriptions, rebalances)
 		// is the first thing to read when a partition stops moving.
