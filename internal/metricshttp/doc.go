@@ -2,7 +2,11 @@
 // through Prometheus' own client library, and a health check derived from
 // the engine's Stats (Health: "stalled" when, past the stall timeout, a
 // lagging stage does not move, a partition's leader does not answer, or a
-// commit is not acknowledged; an idle partition is none of these).
+// commit is not acknowledged; an idle partition is none of these), with the
+// two probes Kubernetes asks for: Health.Live (/livez: 503 only when the
+// engine has exited or its Stats do not answer, so a broker outage
+// restarts nothing) and Health.Ready (/readyz: 503 before the join, with
+// no partition, during a restore, or while anything is stalled).
 //
 // Collector is a prometheus.Collector over the go-metrics registry; Handler
 // serves it with promhttp beside client_golang's Go runtime (go_*) and
@@ -12,8 +16,9 @@
 // What it owns: nothing long-lived. The Collector reads the registry on
 // every scrape (go-metrics registries are safe for concurrent use; the
 // engine's gauges are functional gauges over atomics), and Health reads the
-// Stats function it is given on every request. Both are safe for concurrent
-// use.
+// Stats function it is given on every request (Live at most one call at a
+// time: a call that does not return is waited for, not repeated). Both are
+// safe for concurrent use.
 //
 // # Names
 //
