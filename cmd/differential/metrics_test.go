@@ -201,3 +201,59 @@ func metricPartitions(t *testing.T, base string) []int32 {
 	}
 	return slices.Sorted(maps.Keys(seen))
 }
+
+// TestMetricsOfAPartitionWithoutRecords: a partition that is assigned and
+// restored but has had no record (its stages start at the first) has
+// zero-valued series — lag 0, nothing processed — instead of none, the
+// exactly-once series are there before any transaction, the exposition
+// lints clean, and the member is ready.
+func TestMetricsOfAPartitionWithoutRecords(t *testing.T) {
+	tp := newTopics(t, 1)
+	addrs := make(chan string, 1)
+	p := startCLIWatching(t, hooks{metricsListening: func(a string) { addrs <- a }}, `"msg":"partition state restored"`,
+		tp.runArgs("--metrics-addr", "127.0.0.1:0")...)
+	base := "http://" + recv(t, addrs, "the metrics server")
+	recv(t, p.logged, "the partition's state to be restored")
+
+	status, body := get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	problems, err := metricshttp.Lint(strings.NewReader(body))
+	require.NoError(t, err)
+	require.Empty(t, problems, body)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		f, ok := fams[name]
+		require.True(t, ok, "series %s in:\n%s", name, body)
+		for _, m := range f.Metric {
+			got := map[string]string{}
+			for _, l := range m.Label {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, labels) {
+				if m.Counter != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no series %s%v in:\n%s", name, labels, body)
+		return 0
+	}
+	for _, stage := range []string{"click", "install", "purchase"} {
+		l := map[string]string{"topic": tp.in, "partition": "0", "stage": stage}
+		require.Equal(t, 0.0, value("differential_stage_lag", l), stage)
+		require.Equal(t, 0.0, value("differential_stage_processed_total", l), stage)
+	}
+	require.Equal(t, -1.0, value("differential_partition_committed", map[string]string{"topic": tp.in, "partition": "0"}))
+	require.Equal(t, 0.0, value("differential_txn_committed_total", nil))
+	require.Equal(t, 0.0, value("differential_txn_aborted_total", map[string]string{"cause": "commit"}))
+	require.Contains(t, fams, "differential_txn_cycle_seconds")
+
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
+}
