@@ -51,6 +51,7 @@ type runOptions struct {
 
 	version  sarama.KafkaVersion // parsed kafkaVersion
 	security kafka.Security      // from sec
+	sources  sources             // where each flag's value came from
 }
 
 // --metadata-refresh's bounds: below a second every member asks the brokers
@@ -145,6 +146,7 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err != nil {
 		return o, err
 	}
+	o.sources = src
 	o.velocity.noteSet(fs)
 	o.tracing.noteSet(fs, e.lookupEnv)
 	o.tracing.noteSources(src)
@@ -294,5 +296,5 @@ func runCmd(ctx context.Context, args []string, e *env) error {
 	if err != nil || o.printConfig {
 		return err
 	}
-	return o.execute(ctx, e)
+	return o.sources.explain(o.execute(ctx, e))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -165,9 +166,10 @@ func checkEnvNames(fs *flag.FlagSet, e *env, otherKeys map[string]bool) error {
 // flagRef finds the flags an error message names (--name).
 var flagRef = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
 
-// explain adds to an error about the settings where the value of every
-// flag it names came from when that was the environment or the file, so
-// that an operator who did not type the flag finds what set it.
+// explain adds to an error where the value of every flag it names came
+// from, when that was the environment or the file, so that an operator who
+// did not type the flag finds what set it: a usage error stays one (exit
+// 2), any other error (a failed connection to --brokers) keeps its kind.
 func (src sources) explain(err error) error {
 	if err == nil {
 		return nil
@@ -186,7 +188,12 @@ func (src sources) explain(err error) error {
 	if len(notes) == 0 {
 		return err
 	}
-	return &usageError{fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))}
+	wrapped := fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return &usageError{wrapped} // still exit 2
+	}
+	return wrapped
 }
 
 // printConfig writes the effective configuration of fs: one line per flag

@@ -72,6 +72,7 @@ func TestPrintConfig(t *testing.T) {
 		"DIFFERENTIAL_BUFFER": "200", "DIFFERENTIAL_SASL_PASSWORD": pw, "DIFFERENTIAL_SASL_MECHANISM": "PLAIN", "DIFFERENTIAL_SASL_USER": "bob"}))
 	require.NoError(t, err)
 	o.config, want.config = "", ""
+	o.sources, want.sources = nil, nil
 	require.Equal(t, want, o)
 
 	// An invalid configuration is printed too, and fails as it would.
@@ -199,8 +200,18 @@ func TestErrorsNameTheirSource(t *testing.T) {
 	_, err = parseRunOptions([]string{"--brokers", "a:1", "--sasl-password", pw}, &env{})
 	require.NotContains(t, err.Error(), "is set by")
 
+	// An error of the run itself (not of a setting) names the variables
+	// too, and keeps its exit code.
 	var out, errb bytes.Buffer
-	e := mapEnv(map[string]string{"DIFFERENTIAL_SASL_PASSWORD": pw})
+	e := mapEnv(map[string]string{"DIFFERENTIAL_BROKERS": "127.0.0.1:1"})
+	e.stdout, e.stderr = &out, &errb
+	require.Equal(t, exitFatal, cli(t.Context(), []string{"run"}, e), errb.String())
+	require.Contains(t, errb.String(), "connect to --brokers")
+	require.Contains(t, errb.String(), "(--brokers is set by the environment variable DIFFERENTIAL_BROKERS)")
+
+	out.Reset()
+	errb.Reset()
+	e = mapEnv(map[string]string{"DIFFERENTIAL_SASL_PASSWORD": pw})
 	e.stdout, e.stderr = &out, &errb
 	require.Equal(t, exitUsage, cli(t.Context(), []string{"produce", "--brokers", "a:1"}, e))
 	require.Contains(t, errb.String(), "--sasl-password is set by the environment variable DIFFERENTIAL_SASL_PASSWORD")
