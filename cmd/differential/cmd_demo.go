@@ -117,6 +117,7 @@ type demoResult struct {
 func (o *demoOptions) execute(ctx context.Context, e *env) error {
 	began := time.Now()
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	defer flushLog(log)
 	w := e.stderr
 	p := int32(o.partitions)
 	topics := []embedded.Opt{embedded.Topic(demoInput, p), embedded.Topic(demoOutput, p), embedded.Topic(demoDLQ, 1)}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -16,14 +18,17 @@ import (
 )
 
 // serveMetrics listens on addr (so a bad or busy address fails the command
-// at once) and serves /metrics and /healthz until stop is called.
-func serveMetrics(addr string, reg metrics.Registry, health *metricshttp.Health, log *slog.Logger, listening func(string)) (stop func(), err error) {
+// at once) and serves /metrics and the probes until stop is called.
+func serveMetrics(addr string, reg metrics.Registry, mo metricshttp.Options, health *metricshttp.Health, log *slog.Logger, listening func(string)) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
+	if mo.BuildInfo == nil {
+		mo.BuildInfo = buildInfo()
+	}
 	srv := &http.Server{
-		Handler:           metricshttp.Mux(metricshttp.Handler(reg), health),
+		Handler:           metricshttp.Mux(metricshttp.Handler(reg, mo), health),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	done := make(chan struct{})
@@ -34,7 +39,7 @@ func serveMetrics(addr string, reg metrics.Registry, health *metricshttp.Health,
 		}
 	}()
 	bound := ln.Addr().String()
-	log.Info("serving /metrics and /healthz", "addr", bound)
+	log.Info("serving /metrics, /healthz, /livez and /readyz", "addr", bound)
 	if listening != nil {
 		listening(bound)
 	}
@@ -66,4 +71,30 @@ func groupJoined(reg metrics.Registry, group string) func() bool {
 		}
 		return joined.Load()
 	}
+}
+
+// buildInfo is the labels of differential_build_info: the version as
+// `differential version` prints it, the VCS revision ("" when the build
+// recorded none, "+dirty" for a modified tree) and the Go version.
+func buildInfo() map[string]string {
+	bi, _ := debug.ReadBuildInfo()
+	version, revision := Version, ""
+	if bi != nil {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			version = v
+		}
+		modified := false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if revision != "" && modified {
+			revision += "+dirty"
+		}
+	}
+	return map[string]string{"version": version, "revision": revision, "goversion": runtime.Version()}
 }
