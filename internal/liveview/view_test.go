@@ -49,7 +49,7 @@ func (f *fakeChain) set(p int32, pos ...int64) {
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time           { return c.t }
+func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -78,8 +78,10 @@ func TestSnapshot(t *testing.T) {
 	txn := liveview.NewTxnTracker(c.now)
 	v := liveview.New(liveview.Config{
 		Stats: fc.Stats, Stages: []string{"click", "install", "purchase"}, Txn: txn, Now: c.now,
-		Health: func() (int, string) { return http.StatusServiceUnavailable, "stalled: 1 stage(s)\nevents/1 stage install: ...\n" },
-		Info:   []liveview.Field{{Name: "group", Value: "g"}},
+		Health: func() (int, string) {
+			return http.StatusServiceUnavailable, "stalled: 1 stage(s)\nevents/1 stage install: ...\n"
+		},
+		Info: []liveview.Field{{Name: "group", Value: "g"}},
 	})
 	txn.TxnEnded(chain.TxnInfo{Committed: true, Duration: 120 * time.Millisecond, Outputs: 7, ChangelogRecords: 3, Offsets: 2})
 	txn.TxnEnded(chain.TxnInfo{Cause: chain.TxnAbortSend, Err: errors.New("fenced"), Duration: time.Second})
