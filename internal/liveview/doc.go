@@ -11,7 +11,8 @@
 // check, and a TxnTracker (a chain.TxnObserver) for the exactly-once
 // cycles. A stage's rate is how fast its position moved over the last few
 // seconds, from samples the View keeps of its own snapshots (at most one
-// a second, for rateWindow), so it is there from the second request on.
+// a second, for rateWindow), so it is there from a request half a second
+// after the first on.
 //
 // What it owns: the samples (a mutex-guarded slice) and the TxnTracker's
 // counts. The View does not serve on its own: the HTTP server mounts

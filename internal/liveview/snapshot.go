@@ -114,7 +114,7 @@ type Stage struct {
 	Mode     string `json:"mode"`
 	Switches int64  `json:"switches"`
 	// Rate is how fast the position moved over the last seconds, offsets
-	// per second; null until the View has a sample a second old.
+	// per second; null until the View has a sample half a second old.
 	Rate     *float64 `json:"rate"`
 	InFlight int      `json:"in_flight"`
 	// KeyGated counts records begun and waiting in the key gate for the

@@ -32,10 +32,12 @@ type Config struct {
 
 // Rate sampling: a sample of every stage's position is kept at most once
 // every sampleEvery, for rateWindow; a rate spans from the oldest sample
-// kept to now.
+// kept to now, and is not given over less than minRateSpan (two requests a
+// few milliseconds apart say nothing about a rate).
 const (
 	sampleEvery = time.Second
 	rateWindow  = 5 * time.Second
+	minRateSpan = 500 * time.Millisecond
 )
 
 // View builds Snapshots and serves them with the page.
@@ -169,10 +171,10 @@ func (v *View) rates(now time.Time, pos map[stageKey]int64) map[stageKey]float64
 	out := map[stageKey]float64{}
 	if len(keep) > 0 {
 		base := keep[0]
-		if span := now.Sub(base.at).Seconds(); span > 0 {
+		if span := now.Sub(base.at); span >= minRateSpan {
 			for k, p := range pos {
 				if b, ok := base.pos[k]; ok && p >= b {
-					out[k] = float64(p-b) / span
+					out[k] = float64(p-b) / span.Seconds()
 				}
 			}
 		}

@@ -130,7 +130,8 @@ func TestSnapshot(t *testing.T) {
 }
 
 // TestRates: a stage's rate spans from the oldest sample of the last five
-// seconds to now; samples are taken at most once a second; a position that
+// seconds to now, if that is half a second or more; samples are taken at
+// most once a second; a position that
 // went back, or a partition the oldest sample does not have, has no rate.
 func TestRates(t *testing.T) {
 	c := &clock{t0}
@@ -147,7 +148,11 @@ func TestRates(t *testing.T) {
 	}
 	require.Nil(t, rate(v.Snapshot(), 0)) // sample at t0: 100, 60, 60
 
-	c.advance(500 * time.Millisecond)
+	c.advance(100 * time.Millisecond)
+	fc.set(1, 110, 60, 60)
+	require.Nil(t, rate(v.Snapshot(), 0), "not over less than half a second")
+
+	c.advance(400 * time.Millisecond)
 	fc.set(1, 150, 60, 60)
 	require.InDelta(t, 100, *rate(v.Snapshot(), 0), 1e-9, "50 offsets in 0.5 s") // no sample: the last is < 1 s old
 	require.InDelta(t, 0, *rate(v.Snapshot(), 1), 1e-9)
