@@ -18,7 +18,7 @@ func envName(name string) string {
 }
 
 // secretFlags are never echoed: not in errors, not in --help.
-var secretFlags = map[string]bool{"sasl-password": true}
+var secretFlags = map[string]bool{"sasl-password": true, "http-token": true}
 
 // settle completes a parsed flag set in the order of precedence flag > env >
 // file > default: every flag the command line did not set takes its

@@ -142,3 +142,16 @@ func ServerTLS(f TLSFiles) (*tls.Config, error) {
 	}
 	return c, nil
 }
+
+// String says what the Guard accepts, for a log line.
+func (g *Guard) String() string {
+	switch {
+	case !g.Enabled():
+		return "none (open)"
+	case g.hasToken && g.clientCert:
+		return "bearer token or client certificate"
+	case g.hasToken:
+		return "bearer token"
+	}
+	return "client certificate"
+}
