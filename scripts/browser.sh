@@ -6,7 +6,7 @@
 #   bash scripts/browser.sh path      print the browser's path, or fail when it is not installed
 #
 # install needs apt-get and root. Without them it says so and exits 0, so a developer's machine
-# without apt skips the browser test (internal/liveview's TestBrowser runs only when
+# without apt skips the browser test (cmd/differential's TestLiveViewInBrowser runs only when
 # DIFFERENTIAL_TEST_BROWSER names a browser); under CI (CI=true) it exits 1 instead: CI runs the
 # test and must not skip it silently. apt-get waits up to 5 minutes for a dpkg lock another
 # install holds. fonts-liberation gives the page's text real glyphs in a screenshot.
