@@ -50,7 +50,9 @@ func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop fun
 		}
 	}()
 	bound := ln.Addr().String()
-	log.Info("serving the live view, /metrics and /healthz", "url", scheme+"://"+bound+"/",
+	// internal/chaos reads the address from this line ("serving /metrics
+	// and /healthz", addr).
+	log.Info("serving /metrics and /healthz, and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
 		"live_view_auth", s.guard.String())
 	if s.view != nil && !s.guard.Enabled() && !loopback(bound) {
 		log.Warn("the live view is open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
