@@ -263,3 +263,45 @@ func renderedPositions(t *testing.T, dom string, tp *topics) positions {
 	}
 	return pos
 }
+
+// TestDemoServesLiveView: `demo --http-addr` serves the live view while
+// the demo runs — with the purchase stage blocked, its JSON has every
+// partition's three stages and the exactly-once state — and stops serving
+// when the demo ends.
+func TestDemoServesLiveView(t *testing.T) {
+	addrs := make(chan string, 1)
+	pz := newPauser("purchase", 20)
+	started := newStartedObserver(2)
+	p := startCLI(t, hooks{
+		chainOptions:     []chain.Option{chain.WithObserver(started)},
+		wrapStages:       pz.wrap,
+		metricsListening: func(a string) { addrs <- a },
+	}, "demo", "--records", "3000", "--partitions", "2", "--http-addr", "127.0.0.1:0")
+	base := "http://" + recv(t, addrs, "the demo's HTTP server")
+	recv(t, pz.blocked, "the purchase stage to block")
+	recv(t, started.all, "every partition's stages to start")
+
+	code, _, body := fetch(t, base+liveview.APIPath, "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	var s liveview.Snapshot
+	require.NoError(t, json.Unmarshal(body, &s))
+	require.Len(t, s.Partitions, 2)
+	for _, part := range s.Partitions {
+		require.Len(t, part.Stages, 3)
+	}
+	require.NotNil(t, s.ExactlyOnce, "the demo runs exactly-once by default")
+	code, _, _ = fetch(t, base+"/", "")
+	require.Equal(t, http.StatusOK, code)
+
+	close(pz.release)
+	select {
+	case <-p.done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("the demo did not end; stderr:\n%s", tail(p.err.String()))
+	}
+	require.Equal(t, exitOK, p.code, tail(p.err.String()))
+	require.Contains(t, p.err.String(), "live view on "+base+"/ while the demo runs")
+	require.Contains(t, p.out.String(), "verification    OK")
+	_, err := http.Get(base + liveview.APIPath)
+	require.Error(t, err, "the server stopped with the demo")
+}
