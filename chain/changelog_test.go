@@ -278,15 +278,20 @@ func TestCheckpointOrder(t *testing.T) {
 }
 
 // distinct returns the outputs once each, failing the test when two copies
-// of one output (same stage and offset) differ.
+// of one output (same stage and offset: the text before sep) differ.
 func distinct(t *testing.T, outs []string) []string {
+	t.Helper()
+	return distinctBy(t, outs, " ")
+}
+
+func distinctBy(t *testing.T, outs []string, sep string) []string {
 	t.Helper()
 	seen := map[string]string{}
 	var out []string
 	for _, o := range outs {
-		id, _, _ := strings.Cut(o, " ")
+		id, _, _ := strings.Cut(o, sep)
 		if prev, ok := seen[id]; ok {
-			require.Equal(t, prev, o, "a repeated output differs")
+			require.Equal(t, prev, o, "a repeated output differs from its first copy")
 			continue
 		}
 		seen[id] = o

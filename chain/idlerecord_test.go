@@ -96,17 +96,7 @@ var createTimeWant = []string{"install@1<-4 as of 6", "install@3<-5 as of 6"}
 // many copies there were.
 func onceEach(t *testing.T, outs []string) (distinct []string, copies int) {
 	t.Helper()
-	seen := map[string]string{}
-	for _, o := range outs {
-		id, _, _ := strings.Cut(o, "<-")
-		if prev, ok := seen[id]; ok {
-			require.Equal(t, prev, o, "a repeated output differs from its first copy")
-			continue
-		}
-		seen[id] = o
-		distinct = append(distinct, o)
-	}
-	return distinct, len(outs)
+	return distinctBy(t, outs, "<-"), len(outs)
 }
 
 // lastIdle decodes the idle releases of partition 0's last commit.

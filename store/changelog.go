@@ -69,11 +69,15 @@ func storedValue(v []byte) ([]byte, error) {
 // prepared is a checkpoint's batch, built and not yet written; it holds the
 // partition's ckpt lock until commit or abort.
 type prepared struct {
-	p           *partitionStore
-	cps         []commit.Checkpoint
-	b           batch
-	ev          int64
-	evicted     []string
+	p       *partitionStore
+	cps     []commit.Checkpoint
+	b       batch
+	ev      int64
+	evicted []string
+	// vanished: keys whose last write in this batch had expired by its
+	// eviction and which had no persisted entry: neither written nor
+	// deleted, they read as evicted once the batch is persisted.
+	vanished    []string
 	complete    bool
 	withRecords bool
 	records     []chain.ChangelogRecord

@@ -279,6 +279,9 @@ func TestPreparedCheckpoint(t *testing.T) {
 	})
 }
 
+// A prepared checkpoint's changelog records bring the changelog to the
+// batch's state: an evicted persisted entry is a tombstone, and an entry
+// written and expired between two checkpoints leaves nothing at all.
 func TestPreparedEvictionsAreTombstones(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		st := []string{"a"}
@@ -288,7 +291,9 @@ func TestPreparedEvictionsAreTombstones(t *testing.T) {
 		setExp(t, ps.Stage(0), 0, "old", "1", t0)
 		setExp(t, ps.Stage(0), 0, "new", "2", t0.Add(time.Hour))
 		require.NoError(t, ps.Checkpoint(cps(st, 1), time.Time{}))
-		setExp(t, ps.Stage(0), 1, "fresh", "3", t0) // written and evicted in one batch
+		setExp(t, ps.Stage(0), 1, "fresh", "3", t0) // written and evicted in one batch, never persisted
+		setExp(t, ps.Stage(0), 1, "new", "4", t0)   // a persisted key rewritten, expired by this batch
+		setExp(t, ps.Stage(0), 1, "kept", "5", t0.Add(time.Hour))
 
 		pc, err := cs.PrepareCheckpoint(cps(st, 2), t0)
 		require.NoError(t, err)
@@ -296,10 +301,15 @@ func TestPreparedEvictionsAreTombstones(t *testing.T) {
 		for _, r := range pc.Records() {
 			got = append(got, fmt.Sprintf("%s:%v", r.Key, r.Value != nil))
 		}
-		assert.ElementsMatch(t, []string{"fresh:true", "fresh:false", "old:false"}, got)
-		assert.Equal(t, "fresh:true", got[0], "writes before evictions: applying in order ends deleted")
+		assert.ElementsMatch(t, []string{"kept:true", "new:false", "old:false"}, got,
+			"an entry born and expired between two checkpoints leaves no record; a persisted one is deleted")
 		require.NoError(t, pc.Commit(3))
-		assert.Equal(t, map[string]string{"new": "2"}, h.persisted(t, 0))
+		assert.Equal(t, map[string]string{"kept": "5"}, h.persisted(t, 0))
+		for _, k := range []string{"fresh", "new", "old"} {
+			_, ok, err := ps.Stage(0).Get([]byte(k))
+			require.NoError(t, err)
+			assert.False(t, ok, "%s reads as evicted", k)
+		}
 	})
 }
 

@@ -101,8 +101,14 @@
 // One checkpoint takes at most 100,000 items; the rest wait for the next one
 // (bounded batches, DESIGN I9). The index is not persisted: on disk it would
 // double a checkpoint's writes (a key per expiring entry written, a
-// tombstone per one evicted) and make eviction scan those tombstones. An evicted key whose latest write is persisted reads as absent
-// afterwards; a newer pending write still reads.
+// tombstone per one evicted) and make eviction scan those tombstones. An
+// entry whose last pending write has expired by the batch's evictBefore is
+// not written at all: the batch deletes its persisted entry if it has one
+// (the key filter holds every persisted key), and otherwise leaves no trace
+// in the batch or the changelog records — where event time runs ahead of
+// the checkpoint interval (a backlog), most short-lived entries are born
+// and expire between two checkpoints. An evicted key whose latest write is
+// persisted reads as absent afterwards; a newer pending write still reads.
 //
 // # Key layout
 //

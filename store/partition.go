@@ -264,7 +264,7 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 	}
 	pc.evicted, pc.complete = evicted, complete
 	if records {
-		for _, key := range evicted {
+		for _, key := range pc.evicted {
 			pc.addRecord(key, nil)
 		}
 	}
@@ -325,8 +325,11 @@ func (pc *prepared) applied() {
 	for _, key := range pc.evicted {
 		p.ckpt.exp.setCurrent(key, nil)
 	}
+	for _, key := range pc.vanished {
+		p.ckpt.exp.setCurrent(key, nil)
+	}
 	p.mu.Lock()
-	p.persistedLocked(pc.cps, pc.evicted)
+	p.persistedLocked(pc.cps, pc.evicted, pc.vanished)
 	stale := p.newGenLocked()
 	p.mu.Unlock()
 	closeIters(stale)
@@ -433,11 +436,28 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 	for i, w := range flushed {
 		last[w.k.key] = i
 	}
+	f := p.filter.Load()
 	for i, w := range flushed {
 		if last[w.k.key] != i {
 			continue
 		}
 		kb = entry(kb[:0], p.ks, w.k.key)
+		if expiredBy(w.enc, pc.ev) {
+			// This batch's eviction would delete what it writes: the
+			// entry is not written. A key with a persisted entry (the
+			// filter holds every one) is deleted, as eviction would; one
+			// without costs nothing — on a backlog, where event time runs
+			// ahead of the interval, most short-lived entries are born
+			// and expire between two checkpoints.
+			last[w.k.key] = -1 // decided: eviction skips it
+			if f.mayContain(unsafeBytes(w.k.key)) {
+				b.del(kb)
+				pc.evicted = append(pc.evicted, w.k.key)
+			} else {
+				pc.vanished = append(pc.vanished, w.k.key)
+			}
+			continue
+		}
 		if pc.withRecords {
 			pc.addRecord(w.k.key, w.enc)
 		}
@@ -446,7 +466,7 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 			continue
 		}
 		b.set(kb, w.enc)
-		p.filter.Load().add(unsafeBytes(w.k.key)) // before the overlay drops it
+		f.add(unsafeBytes(w.k.key)) // before the overlay drops it
 		if exp := valueExpiry(w.enc); exp != 0 && exp > pc.ev {
 			pc.added = append(pc.added, expiryItem{exp: exp, key: w.k.key})
 		}
@@ -463,8 +483,9 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 // an expiry <= pc.ev for the next checkpoint.
 func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string, complete bool, err error) {
 	ev, b := pc.ev, pc.b
+	evicted = pc.evicted // writeFlushed's
 	if ev == 0 {
-		return nil, true, nil
+		return evicted, true, nil
 	}
 	cands := p.ckpt.cands[:0]
 	pc.popped, complete = p.ckpt.exp.popThrough(pc.popped[:0], ev, p.evictLimit)
@@ -472,18 +493,10 @@ func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string,
 		cands = append(cands, it.key)
 	}
 	kb := p.ckpt.kbuf
-	for _, w := range flushed {
-		if w.enc == nil {
-			continue
-		}
-		if exp := valueExpiry(w.enc); exp != 0 && exp <= ev {
-			cands = append(cands, w.k.key)
-		}
-	}
 	p.ckpt.cands = cands
 	if len(cands) == 0 {
 		p.ckpt.kbuf = kb
-		return nil, complete, nil
+		return evicted, complete, nil
 	}
 
 	// The last write of each key in this batch decides its state after it
@@ -527,7 +540,7 @@ func expiredBy(enc []byte, ev int64) bool {
 // the persisted (or superseded) writes leave the pending lists, overlay
 // entries without pending writes leave the overlay, and an evicted key whose
 // latest write was persisted reads as deleted.
-func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []string) {
+func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, gone ...[]string) {
 	for i, l := range p.mu.pending {
 		n, cp := p.ckpt.n[i], &cps[i]
 		j := 0
@@ -548,9 +561,11 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, evicted []stri
 		clear(l[j:])
 		p.mu.pending[i] = l[:j]
 	}
-	for _, key := range evicted {
-		if k := p.mu.overlay[key]; k != nil && k.seq <= k.floor {
-			k.enc = nil
+	for _, keys := range gone {
+		for _, key := range keys {
+			if k := p.mu.overlay[key]; k != nil && k.seq <= k.floor {
+				k.enc = nil
+			}
 		}
 	}
 }

@@ -23,7 +23,8 @@
 //	    and restore_duration_seconds (a float gauge)
 //
 // and, for a chain in exactly-once mode (chain.WithExactlyOnce), from its
-// first ended transaction on (chain.TxnObserver), for the whole process:
+// first ended transaction on (chain.TxnObserver), or from RegisterTxn on
+// (zero-valued until a transaction ends), for the whole process:
 //
 //	differential.txn.committed                  transactions committed (a counter)
 //	differential.txn.aborted.<cause>            transactions aborted, one counter per chain.TxnAbortCause
@@ -75,17 +76,25 @@ type txnMetrics struct {
 }
 
 func (o *observer) txn() *txnMetrics {
-	o.txnOnce.Do(func() {
-		m := &txnMetrics{aborted: map[chain.TxnAbortCause]metrics.Counter{}}
-		m.committed = metrics.GetOrRegisterCounter(TxnCommitted, o.r)
-		for _, c := range chain.TxnAbortCauses {
-			m.aborted[c] = metrics.GetOrRegisterCounter(TxnAbortedPrefix+string(c), o.r)
-		}
-		m.cycle = metrics.GetOrRegisterHistogram(TxnCycleMillis, o.r, metrics.NewExpDecaySample(1028, 0.015))
-		m.records = metrics.GetOrRegisterHistogram(TxnRecords, o.r, metrics.NewExpDecaySample(1028, 0.015))
-		o.txnM = m
-	})
+	o.txnOnce.Do(func() { o.txnM = registerTxn(o.r) })
 	return o.txnM
+}
+
+// RegisterTxn registers the exactly-once series in r now, zero-valued, so
+// that a scrape sees them before the first transaction ends (a process
+// that is restoring its state, or has no input yet, has ended none). The
+// chain's observer (Option) finds and counts into the same series.
+func RegisterTxn(r metrics.Registry) { registerTxn(r) }
+
+func registerTxn(r metrics.Registry) *txnMetrics {
+	m := &txnMetrics{aborted: map[chain.TxnAbortCause]metrics.Counter{}}
+	m.committed = metrics.GetOrRegisterCounter(TxnCommitted, r)
+	for _, c := range chain.TxnAbortCauses {
+		m.aborted[c] = metrics.GetOrRegisterCounter(TxnAbortedPrefix+string(c), r)
+	}
+	m.cycle = metrics.GetOrRegisterHistogram(TxnCycleMillis, r, metrics.NewExpDecaySample(1028, 0.015))
+	m.records = metrics.GetOrRegisterHistogram(TxnRecords, r, metrics.NewExpDecaySample(1028, 0.015))
+	return m
 }
 
 // TxnEnded counts the transaction.

@@ -31,6 +31,9 @@ type env struct {
 	// lookupEnv reads the process environment (os.LookupEnv in the
 	// binary); nil: no environment, as in-process tests run.
 	lookupEnv func(string) (string, bool)
+	// environ lists the process environment (os.Environ in the binary),
+	// for the check of unknown DIFFERENTIAL_* variables; nil: no check.
+	environ func() []string
 	// executable is this program's path (os.Executable in the binary), for
 	// the child processes bench runs its ceiling passes in; nil: bench
 	// runs them in its own process, as in-process tests do.

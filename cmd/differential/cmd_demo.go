@@ -129,6 +129,7 @@ type demoResult struct {
 func (o *demoOptions) execute(ctx context.Context, e *env) error {
 	began := time.Now()
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	defer flushLog(log)
 	w := e.stderr
 	p := int32(o.partitions)
 	topics := []embedded.Opt{embedded.Topic(demoInput, p), embedded.Topic(demoOutput, p), embedded.Topic(demoDLQ, 1)}
@@ -307,7 +308,9 @@ func (o *demoOptions) serveLiveView(ch *chain.Chain, reg metrics.Registry, txns 
 		Info: []liveview.Field{{Name: "demo", Value: fmt.Sprintf("%s records, seed %d", count(o.records), o.seed)},
 			{Name: "group", Value: demoGroup}, {Name: "guarantee", Value: o.guarantee}, {Name: "gate", Value: o.gate}},
 	})
-	srv := httpServer{httpServing: httpServing{addr: o.httpAddr, guard: httpauth.New("", false)}, reg: reg, health: health, view: view}
+	mo := metricshttp.Options{Topics: []string{demoInput, demoOutput, demoDLQ, s.alerts, kafka.ChangelogTopic(demoGroup, demoInput)},
+		Stats: ch.Stats, Stages: ch.StageNames()}
+	srv := httpServer{httpServing: httpServing{addr: o.httpAddr, guard: httpauth.New("", false)}, reg: reg, mo: mo, health: health, view: view}
 	listening := func(addr string) {
 		fmt.Fprintf(e.stderr, "live view on http://%s/ while the demo runs\n", addr)
 		if e.hooks.metricsListening != nil {

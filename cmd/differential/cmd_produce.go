@@ -65,16 +65,17 @@ func produceCmd(ctx context.Context, args []string, e *env) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := settle(fs, e, &o.config, flagNames(new(runOptions).register)); err != nil {
+	src, err := settle(fs, e, &o.config, flagNames(new(runOptions).register))
+	if err != nil {
 		return err
 	}
 	version, err := o.validate()
 	if err != nil {
-		return err
+		return src.explain(err)
 	}
 	sec, err := o.sec.security()
 	if err != nil {
-		return err
+		return src.explain(err)
 	}
 	if sec.TLS.InsecureSkipVerify {
 		fmt.Fprintln(e.stderr, "differential produce: WARNING: "+insecureWarning)

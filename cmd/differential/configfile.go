@@ -14,14 +14,15 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// applyConfigFile sets, from the YAML file at path, every flag of fs that
-// is not in set (set on the command line or by the environment): the keys
+// applyConfigFile sets, from the YAML file at path, every flag of fs whose
+// source in src is the default (not set on the command line or by the
+// environment), and records the file and line as its source: the keys
 // are the flags' names (e.g. state-dir: /var/lib/differential), so a value
 // is parsed and validated by the same code whichever way it comes. A key in
 // ignore (another command's setting) is skipped; a key that names no flag,
 // a nested value, or a duplicate key is an error naming the key and its
 // line. A broker list may be a YAML sequence or a comma-separated string.
-func applyConfigFile(fs *flag.FlagSet, path string, set, ignore map[string]bool) error {
+func applyConfigFile(fs *flag.FlagSet, path string, src sources, ignore map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return usagef("--config: %v", err)
@@ -54,14 +55,14 @@ func applyConfigFile(fs *flag.FlagSet, path string, set, ignore map[string]bool)
 		if f == nil && ignore[key] {
 			continue
 		}
-		if f == nil || key == "config" {
+		if f == nil || key == "config" || key == "print-config" {
 			return usagef("%s: unknown key %q%s", at, key, suggest(fs, key, ignore))
 		}
 		val, err := scalarOf(v)
 		if err != nil {
 			return usagef("%s: key %q: %v", at, key, err)
 		}
-		if set[key] {
+		if src[key].kind != fromDefault {
 			continue
 		}
 		if err := fs.Set(key, val); err != nil {
@@ -70,6 +71,7 @@ func applyConfigFile(fs *flag.FlagSet, path string, set, ignore map[string]bool)
 			}
 			return usagef("%s: key %q: invalid value %q: %v", at, key, val, err)
 		}
+		src[key] = source{kind: fromFile, where: fmt.Sprintf("%s:%d", path, k.Line)}
 	}
 	return nil
 }
@@ -100,7 +102,21 @@ func scalarOf(n *yaml.Node) (string, error) {
 // suggest names the key closest to an unknown one (a flag of fs or another
 // command's key), or lists fs's flags.
 func suggest(fs *flag.FlagSet, key string, others map[string]bool) string {
+	if best := closest(fs, key, others); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
 	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && f.Name != "print-config" {
+			names = append(names, f.Name)
+		}
+	})
+	return " (the keys are the flags' names: " + strings.Join(names, ", ") + ")"
+}
+
+// closest returns the flag of fs or the other command's key nearest to
+// key, within an edit distance of 2 ("" when none is).
+func closest(fs *flag.FlagSet, key string, others map[string]bool) string {
 	best, bestD := "", 3
 	consider := func(name string) {
 		if d := editDistance(strings.ToLower(key), name); d < bestD || (d == bestD && best != "" && name < best) {
@@ -108,19 +124,14 @@ func suggest(fs *flag.FlagSet, key string, others map[string]bool) string {
 		}
 	}
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" {
-			return
+		if f.Name != "config" && f.Name != "print-config" {
+			consider(f.Name)
 		}
-		names = append(names, f.Name)
-		consider(f.Name)
 	})
 	for _, name := range slices.Sorted(maps.Keys(others)) {
 		consider(name)
 	}
-	if best != "" {
-		return fmt.Sprintf(" (did you mean %q?)", best)
-	}
-	return " (the keys are the flags' names: " + strings.Join(names, ", ") + ")"
+	return best
 }
 
 // editDistance is the Levenshtein distance of a and b.

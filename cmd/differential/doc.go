@@ -16,8 +16,9 @@
 // What it owns: wiring. It builds the attribution chain (attribution.NewChainWith,
 // from one engineSettings whose defaults are chain's) with the Pebble store, the
 // Kafka producer, one go-metrics registry shared by the engine and every sarama
-// client, and the slog logger, and hands it to kafka.Run; it serves /metrics and
-// /healthz (internal/metricshttp). With --velocity-window (velocityflags.go) the
+// client, and the slog logger (dead-letter lines sampled per reason,
+// logging.go), and hands it to kafka.Run; it serves /metrics and the probes
+// /livez, /readyz and /healthz (internal/metricshttp). With --velocity-window (velocityflags.go) the
 // chain has the velocity stage, its alerts go to --alerts and its metrics to the
 // same registry; the demo then also verifies the alerts. With --otlp-endpoint
 // (or the standard OTEL_EXPORTER_OTLP_*ENDPOINT variables; tracing.go) the
@@ -36,7 +37,12 @@
 // Settings: every flag of run and produce is also a DIFFERENTIAL_<FLAG>
 // environment variable and a key of the YAML --config file, with the
 // precedence flag > environment > file > default (settle); the two commands
-// may share one file. TLS and SASL (securityFlags) become a kafka.Security.
+// may share one file. A DIFFERENTIAL_* variable that is no setting of
+// either (and not one the tests and scripts use, notSettings) is refused,
+// as an unknown key of the file is; an error about a value set by the
+// environment or the file names the variable or the line; run
+// --print-config prints every value with its source. TLS and SASL
+// (securityFlags) become a kafka.Security.
 // Secrets are never echoed: not in errors, help, logs or /metrics. A bad
 // flag prints one error line and a pointer to --help on stderr;
 // `differential help <command>` prints a command's help.

@@ -66,8 +66,12 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		return stages
 	}
 	w := attribution.Wiring{KeyConcurrency: s.keyConcurrency, Gate: chain.GateScope(s.gate), AlertsTopic: s.alerts, Stages: wire}
-	return attribution.NewChainWith(rules, w,
+	ch, err := attribution.NewChainWith(rules, w,
 		append(opts, h.chainOptions...)...)
+	if err == nil && ch.ExactlyOnce() && reg != nil {
+		chainmetrics.RegisterTxn(reg) // on /metrics from the start, not from the first transaction on
+	}
+	return ch, err
 }
 
 // gateValues are the values of --gate.

@@ -254,7 +254,8 @@ func TestSettingsPrecedence(t *testing.T) {
 		if err := parseFlags(fs, nil); err != nil {
 			return err
 		}
-		return settle(fs, e, &p.config, flagNames(new(runOptions).register))
+		_, err := settle(fs, e, &p.config, flagNames(new(runOptions).register))
+		return err
 	}())
 	require.Equal(t, "env-topic", p.topic)
 	require.Equal(t, 5, p.records)

@@ -110,7 +110,8 @@ func TestServeHTTPMutualTLS(t *testing.T) {
 	defer stop()
 	addr := recv(t, addrs, "the HTTP server")
 	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
-	require.Contains(t, logs.String(), `"msg":"serving /metrics and /healthz, and the live view at /","addr":"`+addr+`"`)
+	require.Contains(t, logs.String(), `"msg":"serving /metrics and /healthz`, "the words internal/chaos looks for")
+	require.Contains(t, logs.String(), `"addr":"`+addr+`"`)
 	require.Contains(t, logs.String(), `"live_view_auth":"client certificate"`)
 	require.NotContains(t, logs.String(), "open to every machine")
 

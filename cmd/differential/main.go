@@ -14,7 +14,7 @@ func main() {
 		stop() // restore the default action: a second signal terminates
 	}()
 	stopProfile := startProfile(os.Stderr, profileSuffix(os.Args[1:]))
-	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, lookupEnv: os.LookupEnv,
+	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, lookupEnv: os.LookupEnv, environ: os.Environ,
 		executable: os.Executable, hooks: buildHooks()})
 	stopProfile()
 	os.Exit(code)

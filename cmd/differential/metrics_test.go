@@ -24,11 +24,12 @@ import (
 // blocked on one partition: /metrics serves the engine's per-stage and
 // per-partition series and sarama's client metrics from the one registry,
 // and the Go runtime's and the process's series;
-// /healthz is 200 while the blocked stage is within the stall timeout, 503
+// /healthz (and /readyz) is 200 while the blocked stage is within the stall timeout, 503
 // naming the partition and stage once it is not (the health check's clock
 // is moved forward instead of waiting a minute), and once the stage is
 // released and has caught up no stage is stalled (no lag), and 200 again
-// on the real clock (every partition's leader answers its probe).
+// on the real clock (every partition's leader answers its probe); /livez
+// is 200 throughout, when every partition's leader seems not to answer too.
 func TestMetricsAndHealth(t *testing.T) {
 	tp := newTopics(t, 3)
 	tp.produce(t, 3000, 5)
@@ -53,24 +54,34 @@ func TestMetricsAndHealth(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{
 		"differential_stage_position", "differential_stage_lag", "differential_stage_mode_polling",
-		"differential_stage_watermark_unix_ms", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
-		"differential_stage_last_progress_unix_ms", "differential_partition_committed", "differential_partition_commits_total",
-		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_in_ms",
-		"sarama_incoming_byte_rate_total", "sarama_record_send_rate_total",
+		"differential_stage_watermark_timestamp_seconds", "differential_stage_processed_total", "differential_stage_in_flight", "differential_stage_key_gated",
+		"differential_stage_last_progress_timestamp_seconds", "differential_partition_committed", "differential_partition_commits_total",
+		"differential_partition_high_watermark", "sarama_consumer_group_sync_total", "sarama_request_latency_seconds",
+		"sarama_incoming_bytes_total", "sarama_records_sent_total", "differential_build_info",
 		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes",
 	} {
 		require.Contains(t, fams, name, "series %s in:\n%s", name, body)
 	}
 	require.Contains(t, body, fmt.Sprintf(`differential_stage_position{partition="%d",stage="purchase",topic=%q}`, blocked, tp.in))
 	require.Contains(t, body, fmt.Sprintf(`sarama_consumer_group_sync_total{group=%q} 1`, tp.group))
+	problems, err := metricshttp.Lint(strings.NewReader(body))
+	require.NoError(t, err)
+	require.Empty(t, problems, "the exposition follows Prometheus' naming rules:\n%s", body)
 
 	status, body = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = get(t, base+"/readyz")
 	require.Equal(t, http.StatusOK, status, body)
 
 	skew.Store(int64(2 * time.Minute))
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusServiceUnavailable, status, body)
 	require.Contains(t, body, fmt.Sprintf("%s/%d stage purchase: position ", tp.in, blocked))
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body, fmt.Sprintf("stalled %s/%d stage purchase: position ", tp.in, blocked))
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, "a stalled stage is no reason to restart: %s", body)
 
 	close(pz.release)
 	recv(t, w.reach(ends), "the group to commit every partition's end")
@@ -85,9 +96,18 @@ func TestMetricsAndHealth(t *testing.T) {
 	for part := range tp.partitions {
 		require.Contains(t, body, fmt.Sprintf("%s/%d: no answer from the partition's leader for 2m", tp.in, part))
 	}
+	// What a broker outage looks like: not ready, but alive (a liveness
+	// probe on /healthz would restart every member).
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body, fmt.Sprintf("stalled %s/0: no answer from the partition's leader for 2m", tp.in))
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, body)
 	skew.Store(0)
 	status, body = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, status, "no lag, leaders answering: %s", body)
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }
 
@@ -180,4 +200,60 @@ func metricPartitions(t *testing.T, base string) []int32 {
 		}
 	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// TestMetricsOfAPartitionWithoutRecords: a partition that is assigned and
+// restored but has had no record (its stages start at the first) has
+// zero-valued series — lag 0, nothing processed — instead of none, the
+// exactly-once series are there before any transaction, the exposition
+// lints clean, and the member is ready.
+func TestMetricsOfAPartitionWithoutRecords(t *testing.T) {
+	tp := newTopics(t, 1)
+	addrs := make(chan string, 1)
+	p := startCLIWatching(t, hooks{metricsListening: func(a string) { addrs <- a }}, `"msg":"partition state restored"`,
+		tp.runArgs("--metrics-addr", "127.0.0.1:0")...)
+	base := "http://" + recv(t, addrs, "the metrics server")
+	recv(t, p.logged, "the partition's state to be restored")
+
+	status, body := get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	problems, err := metricshttp.Lint(strings.NewReader(body))
+	require.NoError(t, err)
+	require.Empty(t, problems, body)
+	fams, err := new(expfmt.TextParser).TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		f, ok := fams[name]
+		require.True(t, ok, "series %s in:\n%s", name, body)
+		for _, m := range f.Metric {
+			got := map[string]string{}
+			for _, l := range m.Label {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, labels) {
+				if m.Counter != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no series %s%v in:\n%s", name, labels, body)
+		return 0
+	}
+	for _, stage := range []string{"click", "install", "purchase"} {
+		l := map[string]string{"topic": tp.in, "partition": "0", "stage": stage}
+		require.Equal(t, 0.0, value("differential_stage_lag", l), stage)
+		require.Equal(t, 0.0, value("differential_stage_processed_total", l), stage)
+	}
+	require.Equal(t, -1.0, value("differential_partition_committed", map[string]string{"topic": tp.in, "partition": "0"}))
+	require.Equal(t, 0.0, value("differential_txn_committed_total", nil))
+	require.Equal(t, 0.0, value("differential_txn_aborted_total", map[string]string{"cause": "commit"}))
+	require.Contains(t, fams, "differential_txn_cycle_seconds")
+
+	status, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = get(t, base+"/livez")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }

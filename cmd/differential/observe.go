@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -21,19 +23,23 @@ import (
 type httpServer struct {
 	httpServing
 	reg    metrics.Registry
+	mo     metricshttp.Options
 	health *metricshttp.Health
 	view   *liveview.View // nil: no live view
 }
 
 // serveHTTP listens on the server's address (so a bad or busy address
-// fails the command at once) and serves the live view, /metrics and
-// /healthz until stop is called.
+// fails the command at once) and serves the live view, /metrics and the
+// probes until stop is called.
 func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop func(), err error) {
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http-addr %s: %w", s.addr, err)
 	}
-	mux := metricshttp.Mux(metricshttp.Handler(s.reg), s.health)
+	if s.mo.BuildInfo == nil {
+		s.mo.BuildInfo = buildInfo()
+	}
+	mux := metricshttp.Mux(metricshttp.Handler(s.reg, s.mo), s.health)
 	if s.view != nil {
 		metricshttp.MountLiveView(mux, s.view, s.guard)
 	}
@@ -52,7 +58,7 @@ func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop fun
 	bound := ln.Addr().String()
 	// internal/chaos reads the address from this line ("serving /metrics
 	// and /healthz", addr).
-	log.Info("serving /metrics and /healthz, and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
+	log.Info("serving /metrics and /healthz, /livez, /readyz and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
 		"live_view_auth", s.guard.String())
 	if s.view != nil && !s.guard.Enabled() && !loopback(bound) {
 		log.Warn("the live view is open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
@@ -88,4 +94,30 @@ func groupJoined(reg metrics.Registry, group string) func() bool {
 		}
 		return joined.Load()
 	}
+}
+
+// buildInfo is the labels of differential_build_info: the version as
+// `differential version` prints it, the VCS revision ("" when the build
+// recorded none, "+dirty" for a modified tree) and the Go version.
+func buildInfo() map[string]string {
+	bi, _ := debug.ReadBuildInfo()
+	version, revision := Version, ""
+	if bi != nil {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			version = v
+		}
+		modified := false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if revision != "" && modified {
+			revision += "+dirty"
+		}
+	}
+	return map[string]string{"version": version, "revision": revision, "goversion": runtime.Version()}
 }

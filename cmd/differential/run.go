@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 // every partition and makes the final commits) or a fatal error.
 func (o *runOptions) execute(ctx context.Context, e *env) error {
 	log := newLogger(e.stderr, o.logFormat, o.logLevel)
+	defer flushLog(log)
 	if o.logLevel == "debug" {
 		// sarama's own client log (connections, subscriptions, rebalances)
 		// is the first thing to read when a partition stops moving.
@@ -119,14 +121,18 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	if err != nil {
 		return &usageError{err}
 	}
+	var running atomic.Bool // /livez: false once kafka.Run has returned
+	running.Store(true)
 	if o.serving.addr != "" {
-		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now}
+		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now,
+			Running: running.Load}
+		mo := metricshttp.Options{Topics: o.topics(), Stats: ch.Stats, Stages: ch.StageNames()}
 		view := liveview.New(liveview.Config{
 			Stats: ch.Stats, Stages: ch.StageNames(), Health: health.Check, Txn: txns, OffsetDistance: o.offsetDistance,
 			Info: []liveview.Field{{Name: "group", Value: o.group}, {Name: "topic", Value: o.topic},
 				{Name: "guarantee", Value: o.guarantee}, {Name: "gate", Value: o.gate}},
 		})
-		stop, err := serveHTTP(httpServer{httpServing: o.serving, reg: reg, health: health, view: view}, log, e.hooks.metricsListening)
+		stop, err := serveHTTP(httpServer{httpServing: o.serving, reg: reg, mo: mo, health: health, view: view}, log, e.hooks.metricsListening)
 		if err != nil {
 			return err
 		}
@@ -154,11 +160,22 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		// a second per partition).
 		ProbeInterval: max(min(kafka.DefaultProbeInterval, o.stallTimeout/5), 100*time.Millisecond),
 	})
+	running.Store(false)
 	if err != nil {
 		return err
 	}
 	log.Info("differential run stopped cleanly")
 	return nil
+}
+
+// topics are the topics run reads and writes, for the topic labels of
+// sarama's per-topic metrics.
+func (o *runOptions) topics() []string {
+	t := []string{o.topic, o.output, o.dlq, o.velocity.alerts}
+	if o.changelog {
+		t = append(t, o.changelogName())
+	}
+	return t
 }
 
 // transactor connects exactly-once mode's transactional producer, with the

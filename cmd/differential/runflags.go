@@ -19,6 +19,7 @@ type runOptions struct {
 	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --gate, --commit-interval, --shutdown-timeout, --output, --dlq
 
 	config         string
+	printConfig    bool
 	brokers        []string
 	topic          string
 	group          string
@@ -52,6 +53,7 @@ type runOptions struct {
 	version  sarama.KafkaVersion // parsed kafkaVersion
 	security kafka.Security      // from sec
 	serving  httpServing         // from http and metricsAddr
+	sources  sources             // where each flag's value came from
 }
 
 // --metadata-refresh's bounds: below a second every member asks the brokers
@@ -94,6 +96,7 @@ click_velocity alert to --alerts when the count first exceeds
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML configuration `file`; keys are flag names")
+	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration, each value with where it came from (flag, environment, file, default; secrets redacted), as a YAML file --config reads, and exit")
 	fs.Var(listValue{&o.brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,host:port...]` (required)")
 	fs.StringVar(&o.topic, "topic", o.topic, "input `topic` (must exist)")
 	fs.StringVar(&o.group, "group", o.group, "consumer `group` id")
@@ -125,7 +128,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	o.http.register(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "another name for --http-addr")
-	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz reports a stage that lags and makes no progress, a partition whose leader does not answer, or a commit the coordinator does not acknowledge, for this `duration`")
+	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz and /readyz report a stage that lags and makes no progress, a partition whose leader does not answer, or a commit the coordinator does not acknowledge, for this `duration`")
 	fs.Var(durationValue{&o.metaRefresh}, "metadata-refresh", "how often the input's partition count is checked: partitions added to it are consumed within about twice this `duration` (plus a rebalance); one Metadata request per interval")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
 	o.velocity.register(fs)
@@ -142,13 +145,20 @@ func parseRunOptions(args []string, e *env) (runOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
-	if err := settle(fs, e, &o.config, flagNames(new(produceOptions).register)); err != nil {
+	src, err := settle(fs, e, &o.config, flagNames(new(produceOptions).register))
+	if err != nil {
 		return o, err
 	}
+	o.sources = src
 	o.velocity.noteSet(fs)
 	o.tracing.noteSet(fs, e.lookupEnv)
+	o.tracing.noteSources(src)
 	o.alerts = o.velocity.alerts
-	return o, o.validate()
+	err = src.explain(o.validate())
+	if o.printConfig {
+		printConfig(e.stdout, fs, src)
+	}
+	return o, err
 }
 
 // validate reports the first invalid setting, naming its flag (which is
@@ -289,8 +299,8 @@ func (o *runOptions) attribution() attribution.Config {
 // runCmd is `differential run`.
 func runCmd(ctx context.Context, args []string, e *env) error {
 	o, err := parseRunOptions(args, e)
-	if err != nil {
+	if err != nil || o.printConfig {
 		return err
 	}
-	return o.execute(ctx, e)
+	return o.sources.explain(o.execute(ctx, e))
 }

@@ -66,6 +66,23 @@ func (t *tracingFlags) noteSet(fs *flag.FlagSet, lookup func(string) (string, bo
 	}
 }
 
+// noteSources records, in src, the tracing flags that noteSet filled from
+// the OTEL_* variables.
+func (t *tracingFlags) noteSources(src sources) {
+	if !t.set["otlp-endpoint"] && t.otel.EndpointVar != "" {
+		src["otlp-endpoint"] = source{kind: fromEnv, where: t.otel.EndpointVar}
+	}
+	if t.otelErr != nil {
+		return
+	}
+	if t.otel.SampleRatio != nil && !t.set["trace-sample-ratio"] {
+		src["trace-sample-ratio"] = source{kind: fromEnv, where: "OTEL_TRACES_SAMPLER_ARG"}
+	}
+	if t.otel.ParentBased != nil && !t.set["trace-parent-based"] {
+		src["trace-parent-based"] = source{kind: fromEnv, where: "OTEL_TRACES_SAMPLER"}
+	}
+}
+
 // on: tracing runs (an endpoint, and not disabled by OTEL_SDK_DISABLED or
 // OTEL_TRACES_EXPORTER=none).
 func (t *tracingFlags) on() bool { return t.endpoint != "" && !t.otel.Disabled }

@@ -106,12 +106,17 @@ func TestVelocityMetrics(t *testing.T) {
 	value := func(name string) float64 {
 		f, ok := fams[name]
 		require.True(t, ok, "series %s in:\n%s", name, body)
-		return f.GetMetric()[0].GetGauge().GetValue()
+		m := f.GetMetric()[0]
+		if m.Counter != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
 	}
-	require.Positive(t, value("differential_velocity_alerts"))
-	require.Positive(t, value("differential_window_velocity_counted"))
-	require.Positive(t, value("differential_window_velocity_keys"))
-	require.Positive(t, value("differential_window_velocity_state_bytes"))
+	require.Positive(t, value("differential_velocity_alerts_total"))
+	require.Positive(t, value("differential_window_counted_total"))
+	require.Positive(t, value("differential_window_keys"))
+	require.Positive(t, value("differential_window_state_bytes"))
+	require.Contains(t, body, `differential_window_keys{window="velocity"}`)
 	require.Contains(t, body, `stage="velocity"`)
 	require.Equal(t, exitOK, p.stop(t), tail(p.err.String()))
 }

@@ -2,7 +2,11 @@
 // through Prometheus' own client library, and a health check derived from
 // the engine's Stats (Health: "stalled" when, past the stall timeout, a
 // lagging stage does not move, a partition's leader does not answer, or a
-// commit is not acknowledged; an idle partition is none of these).
+// commit is not acknowledged; an idle partition is none of these), with the
+// two probes Kubernetes asks for: Health.Live (/livez: 503 only when the
+// engine has exited or its Stats do not answer, so a broker outage
+// restarts nothing) and Health.Ready (/readyz: 503 before the join, with
+// no partition, during a restore, or while anything is stalled).
 //
 // Collector is a prometheus.Collector over the go-metrics registry; Handler
 // serves it with promhttp beside client_golang's Go runtime (go_*) and
@@ -12,8 +16,9 @@
 // What it owns: nothing long-lived. The Collector reads the registry on
 // every scrape (go-metrics registries are safe for concurrent use; the
 // engine's gauges are functional gauges over atomics), and Health reads the
-// Stats function it is given on every request. Both are safe for concurrent
-// use.
+// Stats function it is given on every request (Live at most one call at a
+// time: a call that does not return is waited for, not repeated). Both are
+// safe for concurrent use.
 //
 // # Names
 //
@@ -25,13 +30,30 @@
 // the partition is an integer, so topics may contain dots (Kafka allows
 // them) but stage names must not (the attribution stages' do not). The
 // engine's monotone gauges (commits, processed, ...) are exported as
-// counters with a _total suffix; the others as gauges.
+// counters with a _total suffix; the others as gauges. The exactly-once
+// series differential.txn.* and the window counters'
+// differential.window.<window>.<metric> (a window label) follow the same
+// rules. Every family has a HELP text of its own (the tables in
+// prometheus.go and names.go; a metric no table knows says which registry
+// name it comes from).
+//
+// Units are Prometheus' base units: a registry name in milliseconds is
+// exported in seconds, <x>_unix_ms as <x>_timestamp_seconds and <x>_ms or
+// <x>_in_ms as <x>_seconds, its value scaled.
 //
 // Every other metric of the registry is sarama's (the registry is shared
-// with the Kafka clients) and is exported as sarama_<name>, with the
-// per-broker, per-topic and per-group variants turned into labels:
-// request-latency-in-ms-for-broker-1 becomes
-// sarama_request_latency_in_ms{broker="1"}.
+// with the Kafka clients) and is exported as sarama_<name> under the same
+// rules (a meter <x>-rate counts <x>, sarama_<x>_total; sizes are _bytes),
+// with the per-broker, per-topic, per-group and per-API-key variants
+// turned into labels: request-latency-in-ms-for-broker-1 becomes
+// sarama_request_latency_seconds{broker="1"}. sarama writes a topic into a
+// name with '.' as '_'; Options.Topics gives the topics whose real names
+// the topic label carries.
+//
+// Options.Stats adds zero-valued series for the partitions that are
+// assigned but have not started their stages (no record yet), and
+// Options.BuildInfo differential_build_info. Lint checks an exposition
+// against the naming rules.
 //
 // Types: a go-metrics Counter can go down (sarama's requests-in-flight), so
 // it is a Prometheus gauge; a Meter is a counter <name>_total plus gauges

@@ -41,6 +41,13 @@ type Health struct {
 	StallTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Running reports whether the engine still runs (/livez); nil: always.
+	Running func() bool
+	// WedgeTimeout: how long /livez waits for Stats (0:
+	// DefaultWedgeTimeout).
+	WedgeTimeout time.Duration
+
+	probeState
 }
 
 // What a Stall is.
@@ -105,11 +112,7 @@ func (h *Health) Check() (status int, body string) {
 
 // Stalls returns the stalled stages of stats.
 func (h *Health) Stalls(stats []chain.PartitionStats) []Stall {
-	now := time.Now
-	if h.Now != nil {
-		now = h.Now
-	}
-	t := now()
+	t := h.now()
 	var out []Stall
 	stale := func(at time.Time) (time.Duration, bool) {
 		if at.IsZero() {
@@ -147,10 +150,13 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte(body))
 }
 
-// Mux returns the handler of both endpoints: /metrics (reg) and /healthz (h).
+// Mux returns the handler of /metrics (metricsHandler) and of the probes:
+// /healthz (h), /livez (h.Live) and /readyz (h.Ready).
 func Mux(metricsHandler http.Handler, h *Health) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.Handle("GET /healthz", h)
+	mux.Handle("GET /livez", serveProbe(h.Live))
+	mux.Handle("GET /readyz", serveProbe(h.Ready))
 	return mux
 }

@@ -25,7 +25,7 @@ func TestLiveViewGuarded(t *testing.T) {
 	}
 	reg := metrics.NewRegistry()
 	metrics.GetOrRegisterGauge("differential.partition.events.0.committed", reg).Update(5)
-	mux := metricshttp.Mux(metricshttp.Handler(reg), &metricshttp.Health{Stats: stats, StallTimeout: 1})
+	mux := metricshttp.Mux(metricshttp.Handler(reg, metricshttp.Options{}), &metricshttp.Health{Stats: stats, StallTimeout: 1})
 	metricshttp.MountLiveView(mux, liveview.New(liveview.Config{Stats: stats}), httpauth.New("tok", false))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
