@@ -14,6 +14,9 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/httpauth"
+	"github.com/differential-dev/differential/internal/liveview"
+	"github.com/differential-dev/differential/internal/metricshttp"
 	"github.com/differential-dev/differential/internal/workload"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/processors/attribution"
@@ -33,6 +36,7 @@ type demoOptions struct {
 	logLevel       string
 	velocity       velocityOptions
 	guarantee      string
+	httpAddr       string
 }
 
 // Demo topics and group on the embedded broker.
@@ -73,6 +77,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: transactions, a changelog, and the outputs read back read_committed)")
 	fs.Float64Var(&o.heavyKey, "heavy-key", 0, "`share` of its partition's records given to one heavy key (the all-zeros advertising ID), in [0, 1)")
+	fs.StringVar(&o.httpAddr, "http-addr", "", "serve the live view (/), its JSON, /metrics and /healthz on this `host:port` while the demo runs (no host: 127.0.0.1); empty: off")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log `level` (info shows every rebalance, commit error and dead letter)")
 	o.velocity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -96,6 +101,13 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 		return usagef("--max-record-bytes must be >= 1024, got %d", o.maxRecordBytes)
 	case o.heavyKey < 0 || o.heavyKey >= 1:
 		return usagef("--heavy-key must be in [0, 1), got %v", o.heavyKey)
+	}
+	if o.httpAddr != "" {
+		addr, err := listenAddr(o.httpAddr)
+		if err != nil {
+			return err
+		}
+		o.httpAddr = addr
 	}
 	return o.execute(ctx, e)
 }
@@ -207,6 +219,7 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	reg := metrics.NewRegistry()
 	h := e.hooks
 	var prod chain.Producer
+	var txns *liveview.TxnTracker // the live view's exactly-once cycles
 	if o.guarantee == guaranteeExactlyOnce {
 		cl, err := kafka.NewChangelog(ctx, kafka.ChangelogConfig{Brokers: brokers, InputTopic: demoInput, Group: demoGroup,
 			Sarama: sc, Logger: log, Registry: reg})
@@ -222,6 +235,10 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 		// Closed after kafka.Run returned (deferred before its wait).
 		defer closeLogged(log, "transactional producer", tx)
 		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl), chain.WithExactlyOnce(tx)}, h.chainOptions...)
+		if o.httpAddr != "" {
+			txns = liveview.NewTxnTracker(nil)
+			h.chainOptions = append(h.chainOptions, txns.Option())
+		}
 	} else {
 		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Sarama: sc, Logger: log, Registry: reg})
 		if err != nil {
@@ -238,6 +255,15 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, h)
 	if err != nil {
 		return err
+	}
+	if o.httpAddr != "" {
+		// Stopped when process returns: after the last stage's last record
+		// and the clean stop.
+		stopHTTP, err := o.serveLiveView(ch, reg, txns, settings, log, e)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
 	}
 	ends := make([]int64, len(inputs))
 	for i, recs := range inputs {
@@ -271,6 +297,27 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	}
 	res.stopped = time.Since(start) - res.processed
 	return nil
+}
+
+// serveLiveView serves the live view, /metrics and /healthz of the demo's
+// chain on --http-addr, open to whoever reaches the address.
+func (o *demoOptions) serveLiveView(ch *chain.Chain, reg metrics.Registry, txns *liveview.TxnTracker, s engineSettings, log *slog.Logger, e *env) (stop func(), err error) {
+	health := &metricshttp.Health{Stats: ch.Stats, StallTimeout: time.Minute, Now: e.hooks.now}
+	view := liveview.New(liveview.Config{
+		Stats: ch.Stats, Stages: ch.StageNames(), Health: health.Check, Txn: txns, OffsetDistance: s.offsetDistance,
+		Info: []liveview.Field{{Name: "demo", Value: fmt.Sprintf("%s records, seed %d", count(o.records), o.seed)},
+			{Name: "group", Value: demoGroup}, {Name: "guarantee", Value: o.guarantee}, {Name: "gate", Value: o.gate}},
+	})
+	mo := metricshttp.Options{Topics: []string{demoInput, demoOutput, demoDLQ, s.alerts, kafka.ChangelogTopic(demoGroup, demoInput)},
+		Stats: ch.Stats, Stages: ch.StageNames()}
+	srv := httpServer{httpServing: httpServing{addr: o.httpAddr, guard: httpauth.New("", false)}, reg: reg, mo: mo, health: health, view: view}
+	listening := func(addr string) {
+		fmt.Fprintf(e.stderr, "live view on http://%s/ while the demo runs\n", addr)
+		if e.hooks.metricsListening != nil {
+			e.hooks.metricsListening(addr)
+		}
+	}
+	return serveHTTP(srv, log, listening)
 }
 
 // waitProcessed polls Stats until every stage of every partition is at the

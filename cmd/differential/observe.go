@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,32 +15,54 @@ import (
 
 	metrics "github.com/rcrowley/go-metrics"
 
+	"github.com/differential-dev/differential/internal/liveview"
 	"github.com/differential-dev/differential/internal/metricshttp"
 )
 
-// serveMetrics listens on addr (so a bad or busy address fails the command
-// at once) and serves /metrics and the probes until stop is called.
-func serveMetrics(addr string, reg metrics.Registry, mo metricshttp.Options, health *metricshttp.Health, log *slog.Logger, listening func(string)) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+// httpServer is what serveHTTP serves.
+type httpServer struct {
+	httpServing
+	reg    metrics.Registry
+	mo     metricshttp.Options
+	health *metricshttp.Health
+	view   *liveview.View // nil: no live view
+}
+
+// serveHTTP listens on the server's address (so a bad or busy address
+// fails the command at once) and serves the live view, /metrics and the
+// probes until stop is called.
+func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop func(), err error) {
+	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("--http-addr %s: %w", s.addr, err)
 	}
-	if mo.BuildInfo == nil {
-		mo.BuildInfo = buildInfo()
+	if s.mo.BuildInfo == nil {
+		s.mo.BuildInfo = buildInfo()
 	}
-	srv := &http.Server{
-		Handler:           metricshttp.Mux(metricshttp.Handler(reg, mo), health),
-		ReadHeaderTimeout: 5 * time.Second,
+	mux := metricshttp.Mux(metricshttp.Handler(s.reg, s.mo), s.health)
+	if s.view != nil {
+		metricshttp.MountLiveView(mux, s.view, s.guard)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls}
+	scheme := "http"
+	if s.tls != nil {
+		ln, scheme = tls.NewListener(ln, s.tls), "https"
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+			log.Error("HTTP server stopped", "err", err)
 		}
 	}()
 	bound := ln.Addr().String()
-	log.Info("serving /metrics, /healthz, /livez and /readyz", "addr", bound)
+	// internal/chaos reads the address from this line ("serving /metrics
+	// and /healthz", addr).
+	log.Info("serving /metrics and /healthz, /livez, /readyz and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
+		"live_view_auth", s.guard.String())
+	if s.view != nil && !s.guard.Enabled() && !loopback(bound) {
+		log.Warn("the live view is open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
+	}
 	if listening != nil {
 		listening(bound)
 	}

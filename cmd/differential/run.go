@@ -14,6 +14,7 @@ import (
 	metrics "github.com/rcrowley/go-metrics"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/liveview"
 	"github.com/differential-dev/differential/internal/metricshttp"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
@@ -111,17 +112,27 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	if h.wrapProducer != nil && prod != nil {
 		out = h.wrapProducer(prod)
 	}
+	var txns *liveview.TxnTracker // the live view's exactly-once cycles
+	if o.serving.addr != "" && o.exactlyOnce() {
+		txns = liveview.NewTxnTracker(nil)
+		h.chainOptions = append(h.chainOptions, txns.Option())
+	}
 	ch, err := newAttributionChain(o.attribution(), o.engineSettings, db, out, reg, log, h)
 	if err != nil {
 		return &usageError{err}
 	}
 	var running atomic.Bool // /livez: false once kafka.Run has returned
 	running.Store(true)
-	if o.metricsAddr != "" {
+	if o.serving.addr != "" {
 		health := &metricshttp.Health{Stats: ch.Stats, Joined: groupJoined(reg, o.group), StallTimeout: o.stallTimeout, Now: e.hooks.now,
 			Running: running.Load}
 		mo := metricshttp.Options{Topics: o.topics(), Stats: ch.Stats, Stages: ch.StageNames()}
-		stop, err := serveMetrics(o.metricsAddr, reg, mo, health, log, e.hooks.metricsListening)
+		view := liveview.New(liveview.Config{
+			Stats: ch.Stats, Stages: ch.StageNames(), Health: health.Check, Txn: txns, OffsetDistance: o.offsetDistance,
+			Info: []liveview.Field{{Name: "group", Value: o.group}, {Name: "topic", Value: o.topic},
+				{Name: "guarantee", Value: o.guarantee}, {Name: "gate", Value: o.gate}},
+		})
+		stop, err := serveHTTP(httpServer{httpServing: o.serving, reg: reg, mo: mo, health: health, view: view}, log, e.hooks.metricsListening)
 		if err != nil {
 			return err
 		}

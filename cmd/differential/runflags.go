@@ -44,7 +44,8 @@ type runOptions struct {
 	dedupHorizon   time.Duration
 	maxClockSkew   time.Duration
 	maxRecordBytes int
-	metricsAddr    string
+	metricsAddr    string // --metrics-addr, another name for --http-addr
+	http           httpFlags
 	stallTimeout   time.Duration
 	metaRefresh    time.Duration
 	logFormat      string
@@ -55,6 +56,7 @@ type runOptions struct {
 
 	version  sarama.KafkaVersion // parsed kafkaVersion
 	security kafka.Security      // from sec
+	serving  httpServing         // from http and metricsAddr
 	sources  sources             // where each flag's value came from
 }
 
@@ -144,7 +146,8 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.Var(durationValue{&o.commitInterval}, "commit-interval", "the `duration` between checkpoints (state persisted, offsets committed)")
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "serve /metrics (Prometheus) and the probes /livez, /readyz and /healthz on this `host:port`; empty: off")
+	o.http.register(fs)
+	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "another name for --http-addr")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz and /readyz report a stage that lags and makes no progress, a partition whose leader does not answer, or a commit the coordinator does not acknowledge, for this `duration`")
 	fs.Var(durationValue{&o.metaRefresh}, "metadata-refresh", "how often the input's partition count is checked: partitions added to it are consumed within about twice this `duration` (plus a rebalance); one Metadata request per interval")
 	registerLogFlags(fs, &o.logFormat, &o.logLevel, "log level: `debug|info|warn|error`")
@@ -274,6 +277,9 @@ func (o *runOptions) validate() error {
 		return usagef("--leave-on-stop needs --kafka-version 2.4.0 or later (a leave by instance id), got %s", o.kafkaVersion)
 	}
 	if o.security, err = o.sec.security(); err != nil {
+		return err
+	}
+	if o.serving, err = o.http.serving(o.metricsAddr); err != nil {
 		return err
 	}
 	if err := o.attribution().Validate(); err != nil {

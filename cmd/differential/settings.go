@@ -24,7 +24,7 @@ func envName(name string) string {
 
 // secretFlags are never echoed: not in errors, not in --help, not in
 // --print-config.
-var secretFlags = map[string]bool{"sasl-password": true}
+var secretFlags = map[string]bool{"sasl-password": true, "http-token": true}
 
 // notSettings are the DIFFERENTIAL_* variables that are no flag's: the
 // test harness's, scripts/kafka.sh's, CI's and the soak, chaos and
@@ -33,8 +33,10 @@ var secretFlags = map[string]bool{"sasl-password": true}
 // lets them pass; TestNotSettingsCoverTheRepository keeps the list in step
 // with the repository.
 var notSettings = map[string]bool{
-	// internal/testbroker, cmd/differential's secured-broker tests
-	"DIFFERENTIAL_TEST_BROKERS": true, "DIFFERENTIAL_TEST_SECURE_PORT": true,
+	// internal/testbroker, cmd/differential's secured-broker and browser tests
+	"DIFFERENTIAL_TEST_BROKERS": true, "DIFFERENTIAL_TEST_SECURE_PORT": true, "DIFFERENTIAL_TEST_BROWSER": true,
+	// scripts/browser.sh
+	"DIFFERENTIAL_BROWSER": true,
 	// scripts/kafka.sh, .ci/run, internal/chaos
 	"DIFFERENTIAL_KAFKA_CACHE": true, "DIFFERENTIAL_KAFKA_DATA": true, "DIFFERENTIAL_KAFKA_PORT": true,
 	"DIFFERENTIAL_KAFKA_HEAP": true, "DIFFERENTIAL_KAFKA_JVM_OPTS": true, "DIFFERENTIAL_KAFKA_START_TIMEOUT": true,
