@@ -190,6 +190,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
+	if pt.floor && h.o.FloorOnly {
+		err := h.floorAndCores(ctx, pr, wr)
+		wr.Params = pr.st.String()
+		return wr, err
+	}
 
 	// The chain first, each variant a row (the first is the headline's):
 	// its throughput sizes the inputs of what follows.
@@ -292,6 +297,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		// to mean anything (a longer prefix costs more per record — more
 		// records per partition than the buffer holds, more checkpoints).
 		if wr.PollingChain, err = h.measureOn(ctx, pr, runSpec{kind: kindPolling}, wr.Chain.Records, false); err != nil {
+			return wr, err
+		}
+	}
+	if pt.floor {
+		if err := h.floorAndCores(ctx, pr, wr); err != nil {
 			return wr, err
 		}
 	}
@@ -897,6 +907,7 @@ func (r *running) result() *DesignResult {
 		PeakHeapMB:      float64(r.smp.peakLive) / (1 << 20),
 		PeakHeapAllocMB: float64(r.smp.peakAlloc) / (1 << 20),
 		Note:            r.note,
+		GOMAXPROCS:      runtime.GOMAXPROCS(0),
 	}
 	if el > 0 {
 		res.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
