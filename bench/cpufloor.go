@@ -149,14 +149,24 @@ func (h *harness) floorPass(ctx context.Context, pt point, in *input) (floorPart
 	p.decode = (cpuTime() - c0) / n
 
 	c0 = cpuTime()
-	out, err := processAll(ctx, h.cfg, in.topic, evs)
+	out, err := processAll(ctx, h.cfg, in.topic, h.o.IdleTimeout, evs)
 	if err != nil {
 		return p, fmt.Errorf("bench: cpu floor: process: %w", err)
 	}
 	p.process = (cpuTime() - c0) / n
 	p.outputs, p.deadLetters = out.outputs, out.deadLetters
 
-	cpu, err := h.produceAll(ctx, pt, out)
+	outTopic, err := h.c.createTopic("floor-out", pt.wc.Partitions)
+	if err != nil {
+		return p, err
+	}
+	dlqTopic, err := h.c.createTopic("floor-dlq", 1)
+	if err != nil {
+		h.c.deleteTopics(outTopic)
+		return p, err
+	}
+	cpu, err := h.produceAll(ctx, out, outTopic, dlqTopic)
+	h.c.deleteTopics(outTopic, dlqTopic)
 	if err != nil {
 		return p, fmt.Errorf("bench: cpu floor: produce: %w", err)
 	}
@@ -195,8 +205,10 @@ type floorOutput struct {
 // partition, each stage in chain order over all its records — so that
 // every leader write a follower may read is in place, as the gate
 // guarantees the engine — Sequence then Process, with the stream time
-// before each record. No gate, no dispatch, no checkpoint.
-func processAll(ctx context.Context, cfg attribution.Config, topic string, evs [][]chain.Event) (*floorOutput, error) {
+// before each record and the Horizon the engine gives it (idle: the idle
+// timeout; the log's end counts as confirmed), so that the outputs are the
+// engine's. No gate, no dispatch, no checkpoint.
+func processAll(ctx context.Context, cfg attribution.Config, topic string, idle time.Duration, evs [][]chain.Event) (*floorOutput, error) {
 	mem := store.NewMemory()
 	defer func() { _ = mem.Close() }()
 	stages := attribution.Chain(cfg)
@@ -219,6 +231,7 @@ func processAll(ctx context.Context, cfg attribution.Config, topic string, evs [
 				stream = ev.Time
 			}
 		}
+		horizon := idleHorizons(pevs, idle)
 		for i := range pevs {
 			if ev := &pevs[i]; ev.Err != nil {
 				out.dead = append(out.dead, chain.DeadLetter("", names[0], &ev.Record, ev.Err, chain.DefaultMaxDeadLetterBytes))
@@ -231,8 +244,12 @@ func processAll(ctx context.Context, cfg attribution.Config, topic string, evs [
 				if ev.Err != nil || (s.Filter != nil && !s.Filter(ev)) {
 					continue
 				}
-				pc := chain.NewContext(chain.ContextOptions{Topic: topic, Partition: int32(p), Stage: names[k], Offset: ev.Offset,
-					StreamTime: before[i], State: ps.Stage(k)})
+				o := chain.ContextOptions{Topic: topic, Partition: int32(p), Stage: names[k], Offset: ev.Offset,
+					StreamTime: before[i], State: ps.Stage(k)}
+				if k > 0 {
+					o.Horizon = horizon[i]
+				}
+				pc := chain.NewContext(o)
 				if seq != nil {
 					skip, err := seq.Sequence(pc, ev)
 					if err != nil && chain.IsFatal(err) {
@@ -267,22 +284,31 @@ func processAll(ctx context.Context, cfg attribution.Config, topic string, evs [
 	return out, nil
 }
 
-// produceAll hands out's messages to a kafka.Producer on its own client
-// (fresh output and dead-letter topics), one Produce call per processed
-// record as the designs make them, and waits for every acknowledgement.
-// It returns the process's CPU from the first Produce call to the last
-// acknowledgement.
-func (h *harness) produceAll(ctx context.Context, pt point, out *floorOutput) (time.Duration, error) {
-	outTopic, err := h.c.createTopic("floor-out", pt.wc.Partitions)
-	if err != nil {
-		return 0, err
+// idleHorizons is chain.Context.Horizon of every record of one
+// partition's whole log at a follower: 1 + the offset of the first record
+// at or after it whose next record's Kafka timestamp is more than idle
+// after its own, or the log's end (its last record, the end confirmed).
+func idleHorizons(evs []chain.Event, idle time.Duration) []int64 {
+	h := make([]int64, len(evs))
+	if len(evs) == 0 {
+		return h
 	}
-	dlqTopic, err := h.c.createTopic("floor-dlq", 1)
-	if err != nil {
-		h.c.deleteTopics(outTopic)
-		return 0, err
+	next := evs[len(evs)-1].Offset + 1
+	for i := len(evs) - 1; i >= 0; i-- {
+		if i+1 < len(evs) && evs[i+1].Timestamp.Sub(evs[i].Timestamp) > idle {
+			next = evs[i].Offset + 1
+		}
+		h[i] = next
 	}
-	defer h.c.deleteTopics(outTopic, dlqTopic)
+	return h
+}
+
+// produceAll hands out's messages to a kafka.Producer on its own client,
+// the outputs to outTopic and the dead letters to dlqTopic, one Produce
+// call per processed record as the designs make them, and waits for every
+// acknowledgement. It returns the process's CPU from the first Produce
+// call to the last acknowledgement.
+func (h *harness) produceAll(ctx context.Context, out *floorOutput, outTopic, dlqTopic string) (time.Duration, error) {
 	cfg := *h.c.Config()
 	cfg.ClientID = "differential-bench-floor"
 	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: h.c.Addrs(), Sarama: &cfg, Logger: h.o.Logger})
