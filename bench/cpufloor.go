@@ -65,6 +65,14 @@ type CPUFloor struct {
 	ChainOfBound     *float64 `json:"chain_of_bound,omitempty"`
 	StrongestOfBound *float64 `json:"strongest_of_bound,omitempty"`
 	Design6OfBound   *float64 `json:"design6_of_bound,omitempty"`
+	// ChainFloorShare, StrongestFloorShare and Design6FloorShare are
+	// FloorUs ÷ the design's CPU per input record: the share of its CPU
+	// the floor's work would take. Unlike the fractions of the bound they
+	// do not depend on how many of the cores the design got (on a machine
+	// shared with other work, fewer than Cores).
+	ChainFloorShare     *float64 `json:"chain_floor_share,omitempty"`
+	StrongestFloorShare *float64 `json:"strongest_floor_share,omitempty"`
+	Design6FloorShare   *float64 `json:"design6_floor_share,omitempty"`
 }
 
 // floorParts is one pass of each part: CPU per input record.
@@ -109,6 +117,16 @@ func (f *CPUFloor) of(chainRun, strongest, design6 *DesignResult) {
 		return ratio(d.ThroughputRPS, f.BoundRPS)
 	}
 	f.ChainOfBound, f.StrongestOfBound, f.Design6OfBound = frac(chainRun), frac(strongest), frac(design6)
+	f.ChainFloorShare, f.StrongestFloorShare, f.Design6FloorShare = f.share(chainRun), f.share(strongest), f.share(design6)
+}
+
+// share is FloorUs ÷ d's CPU per input record, for the rows the floor
+// applies to (see fraction); nil without a floor.
+func (f *CPUFloor) share(d *DesignResult) *float64 {
+	if f.fraction(d) == nil || cpuPerRecordUs(d) <= 0 {
+		return nil
+	}
+	return ratio(f.FloorUs, cpuPerRecordUs(d))
 }
 
 // floorPasses is how many times each part is measured (the median is
@@ -439,11 +457,11 @@ func (f *CPUFloor) write(b *strings.Builder) {
 	tw.Flush()
 	fmt.Fprintf(b, "  CPU bound: %d cores (GOMAXPROCS) ÷ floor = %.0f records/s", f.Cores, f.BoundRPS)
 	for _, x := range []struct {
-		name string
-		v    *float64
-	}{{"chain", f.ChainOfBound}, {"strongest micro-batch", f.StrongestOfBound}, {"micro-batch baseline", f.Design6OfBound}} {
+		name     string
+		v, share *float64
+	}{{"chain", f.ChainOfBound, f.ChainFloorShare}, {"strongest micro-batch", f.StrongestOfBound, f.StrongestFloorShare}, {"micro-batch baseline", f.Design6OfBound, f.Design6FloorShare}} {
 		if x.v != nil {
-			fmt.Fprintf(b, "; %s at %.2f of it", x.name, *x.v)
+			fmt.Fprintf(b, "; %s at %.2f of it (floor ÷ its cpu per record %s)", x.name, *x.v, optf(x.share, "%.2f"))
 		}
 	}
 	b.WriteString("\n")
@@ -456,7 +474,7 @@ func writeCores(b *strings.Builder, pts []CoresPoint, floor *CPUFloor) {
 	}
 	b.WriteString("  cores sweep (GOMAXPROCS per run, in this process: the embedded broker held to the same cores):\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "    cores\tdesign\trecords\trec/s\tcpu µs/rec\tspeed-up\tof cpu bound\tsteady\tcorrect\t")
+	fmt.Fprintln(tw, "    cores\tdesign\trecords\trec/s\tcpu µs/rec\tspeed-up\tof cpu bound\tfloor ÷ cpu\tsteady\tcorrect\t")
 	for _, p := range pts {
 		for _, r := range []struct {
 			d           *DesignResult
@@ -469,8 +487,8 @@ func writeCores(b *strings.Builder, pts []CoresPoint, floor *CPUFloor) {
 			if !r.d.Steady {
 				steady = "no"
 			}
-			fmt.Fprintf(tw, "    %d\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t\n", p.Cores, designLabel(r.d), r.d.Records, r.d.ThroughputRPS,
-				cpuPerRecordUs(r.d), optf(r.up, "%.2f×"), optf(r.ofBound, "%.2f"), steady, correctText(r.d.Correctness))
+			fmt.Fprintf(tw, "    %d\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", p.Cores, designLabel(r.d), r.d.Records, r.d.ThroughputRPS,
+				cpuPerRecordUs(r.d), optf(r.up, "%.2f×"), optf(r.ofBound, "%.2f"), optf(floor.share(r.d), "%.2f"), steady, correctText(r.d.Correctness))
 		}
 	}
 	tw.Flush()

@@ -137,7 +137,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	}
 	b.WriteString("  throughput (each design on its own prefix of the stream, sized by time):\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\tcpu µs/rec\theap MB\tefficiency\tof own bound\tof cpu bound\twait +%\tcorrect\t")
+	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\tcpu µs/rec\theap MB\tefficiency\tof own bound\tof cpu bound\tfloor ÷ cpu\twait +%\tcorrect\t")
 	rows := append(append([]*DesignResult(nil), wr.variants()...), wr.Strongest, wr.Design6, wr.PollingChain, wr.Raw, wr.NoopChain)
 	for _, d := range rows {
 		if d == nil {
@@ -154,9 +154,9 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		if kind(d.Design) == kindRaw || kind(d.Design) == kindNoop {
 			steady = "-"
 		}
-		fmt.Fprintf(tw, "    %s\t%d\t%.0f\t%.2f\t%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", designLabel(d), d.Records, d.ThroughputRPS, d.Elapsed,
+		fmt.Fprintf(tw, "    %s\t%d\t%.0f\t%.2f\t%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", designLabel(d), d.Records, d.ThroughputRPS, d.Elapsed,
 			steady, d.Syncs, d.CheckpointsMost, d.Commits, d.CPUs, cpuPerRecordUs(d), d.PeakHeapMB, optf(d.Efficiency, "%.2f"), optf(d.EfficiencyOwn, "%.2f"),
-			optf(wr.Floor.fraction(d), "%.2f"), over, correctText(d.Correctness))
+			optf(wr.Floor.fraction(d), "%.2f"), optf(wr.Floor.share(d), "%.2f"), over, correctText(d.Correctness))
 	}
 	tw.Flush()
 
