@@ -200,8 +200,11 @@ type DesignResult struct {
 	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
 	LatencyOutputs             int      `json:"-"`
 
-	txn    *TxnStats // the cost table's runs (CostCell.Txn)
-	excess string    // floorExcess, for the progress line
+	// windowCPU is the process CPU from the first record consumed to the
+	// last complete (the floor's consume part).
+	windowCPU time.Duration
+	txn       *TxnStats // the cost table's runs (CostCell.Txn)
+	excess    string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.

@@ -764,10 +764,13 @@ type running struct {
 	// every record complete, the design stopped and flushed.
 	tReady, tDone, tStop time.Duration
 	cpu0, cpu            time.Duration // process CPU at the start; used until done
-	smp                  *sampler
-	note                 string
-	limit                time.Duration // Options.Timeout: bounds the whole run
-	timeout              *time.Timer   // fires after limit
+	// windowCPU is the process CPU from the first record consumed to done:
+	// without the start-up (the group join), which dominates a short run.
+	windowCPU time.Duration
+	smp       *sampler
+	note      string
+	limit     time.Duration // Options.Timeout: bounds the whole run
+	timeout   *time.Timer   // fires after limit
 
 	ctx     context.Context    // of the run and the feeder
 	cancel  context.CancelFunc // cancels ctx
@@ -863,7 +866,11 @@ func (r *running) awaitDone() error {
 		return fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v",
 			r.s.kind, r.phase, r.d.prog.completed(), r.d.prog.total(), r.limit)
 	}
-	r.cpu = cpuTime() - r.cpu0
+	end := cpuTime()
+	r.cpu = end - r.cpu0
+	if c := r.d.prog.firstCPU.Load(); c > 0 {
+		r.windowCPU = end - time.Duration(c)
+	}
 	r.tDone = time.Since(r.wall)
 	r.smp.finish()
 	if r.d.note != nil {
@@ -908,6 +915,7 @@ func (r *running) result() *DesignResult {
 		PeakHeapAllocMB: float64(r.smp.peakAlloc) / (1 << 20),
 		Note:            r.note,
 		GOMAXPROCS:      runtime.GOMAXPROCS(0),
+		windowCPU:       r.windowCPU,
 	}
 	if el > 0 {
 		res.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
