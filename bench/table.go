@@ -131,7 +131,8 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	}
 
 	wr.Floor.write(b)
-	if wr.Chain == nil && wr.Strongest == nil {
+	if wr.Floor != nil && wr.Chain == nil && wr.Strongest == nil && wr.Raw == nil {
+		// FloorOnly: no design row to print.
 		writeCores(b, wr.Cores, wr.Floor)
 		return
 	}
