@@ -63,6 +63,9 @@ type CPUFloor struct {
 	// nothing but the floor's work and kept every core busy.
 	Cores    int     `json:"cores"`
 	BoundRPS float64 `json:"bound_rps"`
+	// EmbeddedBroker: the broker ran in this process, and its work serving
+	// the consume and produce passes is in their CPU.
+	EmbeddedBroker bool `json:"embedded_broker"`
 	// ChainOfBound, StrongestOfBound and Design6OfBound are the designs'
 	// measured throughput ÷ BoundRPS.
 	ChainOfBound     *float64 `json:"chain_of_bound,omitempty"`
@@ -148,6 +151,7 @@ func (h *harness) cpuFloor(ctx context.Context, pt point, in *input, passes int)
 		ps = append(ps, p)
 	}
 	f := newCPUFloor(in.n, runtime.GOMAXPROCS(0), ps)
+	f.EmbeddedBroker = len(h.o.Brokers) == 0
 	h.progressf("  cpu floor (%d records, median of %d passes): consume %.2f + decode %.2f + process %.2f + produce %.2f = %.2f µs/record; bound on %d cores %.0f rec/s (%d outputs, %d dead letters)",
 		f.Records, f.Passes, f.ConsumeUs, f.DecodeUs, f.ProcessUs, f.ProduceUs, f.FloorUs, f.Cores, f.BoundRPS, f.Outputs, f.DeadLetters)
 	return f, nil
@@ -453,7 +457,11 @@ func (f *CPUFloor) write(b *strings.Builder) {
 	if f == nil {
 		return
 	}
-	fmt.Fprintf(b, "  CPU floor on this machine (%d records, median of %d passes; process CPU ÷ input records, the embedded broker's part included; consume from its first record, not the group join):\n", f.Records, f.Passes)
+	broker := "the broker's work not included"
+	if f.EmbeddedBroker {
+		broker = "the embedded broker's part included"
+	}
+	fmt.Fprintf(b, "  CPU floor on this machine (%d records, median of %d passes; process CPU ÷ input records, %s; consume from its first record, not the group join):\n", f.Records, f.Passes, broker)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "    consume: a plain consumer group over the input, same base client settings\t%6.2f µs\n", f.ConsumeUs)
 	fmt.Fprintf(tw, "    decode: the attribution decoder\t%6.2f µs\n", f.DecodeUs)
@@ -478,7 +486,11 @@ func writeCores(b *strings.Builder, pts []CoresPoint, floor *CPUFloor) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("  cores sweep (GOMAXPROCS per run, in this process: the embedded broker held to the same cores):\n")
+	where := "the embedded broker held to the same cores"
+	if floor != nil && !floor.EmbeddedBroker {
+		where = "the brokers, in their own processes, keep theirs"
+	}
+	fmt.Fprintf(b, "  cores sweep (GOMAXPROCS per run, in this process: %s):\n", where)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "    cores\tdesign\trecords\trec/s\tcpu µs/rec\tspeed-up\tof cpu bound\tfloor ÷ cpu\tsteady\tcorrect\t")
 	for _, p := range pts {

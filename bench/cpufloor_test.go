@@ -43,6 +43,7 @@ func TestCPUFloorPartsSumToFloor(t *testing.T) {
 	}
 	require.InDelta(t, f.ConsumeUs+f.DecodeUs+f.ProcessUs+f.ProduceUs, f.FloorUs, 1e-9)
 	require.Equal(t, runtime.GOMAXPROCS(0), f.Cores)
+	require.True(t, f.EmbeddedBroker)
 	require.InDelta(t, float64(f.Cores)/(f.FloorUs*1e-6), f.BoundRPS, 1e-6*f.BoundRPS)
 	e := pr.expect(in)
 	require.Equal(t, len(e.outputs), f.Outputs, "one output per install and purchase of the model")
