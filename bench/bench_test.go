@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 type benchEnv struct {
 	h    *harness
 	spec runSpec
+	in   *input
 }
 
 func newBenchEnv(b *testing.B, pt point, records int, model bool) *benchEnv {
@@ -34,7 +36,7 @@ func newBenchEnv(b *testing.B, pt point, records int, model bool) *benchEnv {
 	if model {
 		s.exp = pr.expect(in)
 	}
-	return &benchEnv{h: h, spec: s}
+	return &benchEnv{h: h, spec: s, in: in}
 }
 
 func (e *benchEnv) run(b *testing.B, k kind) {
@@ -83,6 +85,33 @@ func BenchmarkWorkloadB_Design6(b *testing.B) {
 	e := newBenchEnv(b, workloadB(), 50_000, true)
 	e.spec.batch = 500
 	e.run(b, kindDesign6)
+}
+
+// BenchmarkWorkloadB_Floor: B's CPU floor on the embedded broker, 50,000
+// records: each iteration one pass of every part (CPUFloor). cpu-ns/rec is
+// the floor, comparable with the designs' cpu-ns/rec above; bound-rec/s is
+// GOMAXPROCS ÷ the floor.
+func BenchmarkWorkloadB_Floor(b *testing.B) {
+	e := newBenchEnv(b, workloadB(), 50_000, false)
+	var sum floorParts
+	for b.Loop() {
+		p, err := e.h.floorPass(context.Background(), e.spec.pt, e.in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum.consume += p.consume
+		sum.decode += p.decode
+		sum.process += p.process
+		sum.produce += p.produce
+	}
+	n := float64(b.N)
+	floor := float64(sum.consume+sum.decode+sum.process+sum.produce) / n
+	b.ReportMetric(floor, "cpu-ns/rec")
+	b.ReportMetric(float64(sum.consume)/n, "consume-ns/rec")
+	b.ReportMetric(float64(sum.decode)/n, "decode-ns/rec")
+	b.ReportMetric(float64(sum.process)/n, "process-ns/rec")
+	b.ReportMetric(float64(sum.produce)/n, "produce-ns/rec")
+	b.ReportMetric(float64(runtime.GOMAXPROCS(0))*1e9/floor, "bound-rec/s")
 }
 
 // BenchmarkWorkloadA_Chain, _Strongest and _Design6: workload A (I/O-bound,

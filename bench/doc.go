@@ -9,6 +9,9 @@
 // JSON form holds every figure. The CLI's `differential bench` calls Run;
 // its flags map one to one to Options. EOSCost measures the exactly-once
 // cost table instead, and HeavyKey the per-record cost of a heavy key.
+// Workload B's runs also measure its CPU floor and the bound it sets
+// (CPUFloor; FloorOnly: that alone) and, with Options.Cores, how the chain
+// and the strongest micro-batch scale with GOMAXPROCS (CoresPoint).
 //
 // docs/benchmark.md describes the designs, the workloads, how runs are
 // sized and measured, the bounds, the latency floors, the cost waits and

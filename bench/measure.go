@@ -26,7 +26,10 @@ type progress struct {
 	left  atomic.Int64 // partitions not yet complete
 	done  chan struct{}
 	first atomic.Int64 // unix ns of the first record consumed (decoded)
-	last  atomic.Int64 // unix ns when the last partition completed
+	// firstCPU is the process's CPU (ns) when the first record was
+	// consumed: the start of the measured window's CPU (windowCPU).
+	firstCPU atomic.Int64
+	last     atomic.Int64 // unix ns when the last partition completed
 }
 
 func newProgress(ends []int64) *progress {
@@ -46,8 +49,8 @@ func newProgress(ends []int64) *progress {
 
 // consumed notes that a record was consumed (the first call starts the clock).
 func (p *progress) consumed() {
-	if p.first.Load() == 0 {
-		p.first.CompareAndSwap(0, time.Now().UnixNano())
+	if p.first.Load() == 0 && p.first.CompareAndSwap(0, time.Now().UnixNano()) {
+		p.firstCPU.Store(int64(cpuTime()))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -139,6 +140,16 @@ type Options struct {
 	// CommitIntervals are the cost table's commit intervals. Default 100ms,
 	// 1s, 5s (Quick: 50ms, 100ms, 250ms). Only with EOSCost.
 	CommitIntervals []time.Duration
+	// FloorOnly measures, for workload B only (the default workloads are
+	// then B alone), its CPU floor (see CPUFloor) and, with Cores, the
+	// cores sweep; no design comparison. Without it every run of B
+	// measures the floor after its designs and reports each design's
+	// fraction of the bound.
+	FloorOnly bool
+	// Cores, when set, is the cores sweep of workload B: the chain and the
+	// strongest micro-batch at each of these GOMAXPROCS values, each in
+	// [1, runtime.NumCPU()] (see CoresPoint). Default: no sweep.
+	Cores []int
 	// CeilingCommand, when set, is the argv prefix of a child process that
 	// runs one ceiling pass (B's raw consumer or one-stage no-op chain):
 	// it reads a CeilingSpec (JSON) on stdin and writes the DesignResult
@@ -169,6 +180,9 @@ func (o Options) Defaults() Options { return o.withDefaults() }
 func (o Options) withDefaults() Options {
 	if len(o.Workloads) == 0 {
 		o.Workloads = slices.Clone(Workloads)
+		if o.FloorOnly {
+			o.Workloads = []string{"B"}
+		}
 		if o.EOSCost {
 			o.Workloads = []string{"B", "A"}
 		}
@@ -289,6 +303,7 @@ func (o Options) validate() error {
 	}
 	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
 	errs = append(errs, o.validateCost()...)
+	errs = append(errs, o.validateFloor()...)
 	if o.Velocity > 0 {
 		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
@@ -311,6 +326,9 @@ type point struct {
 	ceiling bool
 	// latency: run the latency phase (A and B; C measures throughput).
 	latency bool
+	// floor: measure the CPU floor (B: no simulated costs, CPU-bound) and,
+	// with Options.Cores, the cores sweep.
+	floor bool
 }
 
 // attributionConfig is the attribution configuration of every run: the
@@ -348,7 +366,7 @@ func (o Options) points() []point {
 		case "A":
 			pts = append(pts, point{name: "A", wc: baseWorkload(o.Seed, o.Partitions, o.CostMedian), workers: o.Workers, gates: !o.OneGate, latency: true})
 		case "B":
-			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, o.Partitions, 0), workers: o.Workers, ceiling: true, latency: true})
+			pts = append(pts, point{name: "B", wc: baseWorkload(o.Seed, o.Partitions, 0), workers: o.Workers, ceiling: true, latency: true, floor: true})
 		case "C":
 			sizes := []int{4, 16, 64}
 			for _, p := range sizes {
@@ -403,3 +421,25 @@ const (
 	costIdleTimeout = 500 * time.Millisecond
 	costDuration    = 5 * time.Second
 )
+
+// validateFloor checks FloorOnly and Cores.
+func (o Options) validateFloor() []error {
+	var errs []error
+	if (o.FloorOnly || len(o.Cores) > 0) && o.EOSCost {
+		errs = append(errs, errors.New("bench: FloorOnly and Cores are for the design comparison, not the exactly-once cost table (EOSCost)"))
+	}
+	if o.FloorOnly && !slices.Equal(o.Workloads, []string{"B"}) {
+		errs = append(errs, fmt.Errorf("bench: FloorOnly measures workload B only, got workloads %v", o.Workloads))
+	}
+	if len(o.Cores) > 0 && !slices.Contains(o.Workloads, "B") {
+		errs = append(errs, fmt.Errorf("bench: the cores sweep runs workload B, not among workloads %v", o.Workloads))
+	}
+	for i, n := range o.Cores {
+		if n < 1 || n > runtime.NumCPU() {
+			errs = append(errs, fmt.Errorf("bench: Cores must be in [1, %d] (the machine's CPUs), got %d", runtime.NumCPU(), n))
+		} else if slices.Contains(o.Cores[:i], n) {
+			errs = append(errs, fmt.Errorf("bench: Cores: %d given twice", n))
+		}
+	}
+	return errs
+}

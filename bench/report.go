@@ -109,6 +109,10 @@ type WorkloadResult struct {
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
 	// Velocity is the chain with the velocity stage (Options.Velocity).
 	Velocity *VelocityResult `json:"velocity,omitempty"`
+	// Floor is B's CPU floor and each design's fraction of its bound
+	// (CPUFloor); Cores the cores sweep (Options.Cores).
+	Floor *CPUFloor    `json:"cpu_floor,omitempty"`
+	Cores []CoresPoint `json:"cores_sweep,omitempty"`
 	// EOSCost is the exactly-once cost table (Options.EOSCost; the
 	// designs' fields above are then empty).
 	EOSCost *CostResult `json:"eos_cost,omitempty"`
@@ -152,6 +156,8 @@ type DesignResult struct {
 	CheckpointsMost int     `json:"checkpoints_busiest_partition"`
 	Commits         int     `json:"commits"`
 	CPUs            float64 `json:"cpu_s"`
+	// GOMAXPROCS is the run's (the cores sweep sets it per run).
+	GOMAXPROCS int `json:"gomaxprocs,omitempty"`
 	// OwnProcess: the run was a process of its own (a ceiling pass in a
 	// child process, Options.CeilingCommand): CPUs and the heap are that
 	// process's alone — the harness's and the embedded broker's are not in
@@ -194,8 +200,11 @@ type DesignResult struct {
 	ProduceP50ms, ProduceP99ms *float64 `json:"-"`
 	LatencyOutputs             int      `json:"-"`
 
-	txn    *TxnStats // the cost table's runs (CostCell.Txn)
-	excess string    // floorExcess, for the progress line
+	// windowCPU is the process CPU from the first record consumed to the
+	// last complete (the floor's consume part).
+	windowCPU time.Duration
+	txn       *TxnStats // the cost table's runs (CostCell.Txn)
+	excess    string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.

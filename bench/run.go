@@ -190,6 +190,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
 	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
+	if pt.floor && h.o.FloorOnly {
+		err := h.floorAndCores(ctx, pr, wr)
+		wr.Params = pr.st.String()
+		return wr, err
+	}
 
 	// The chain first, each variant a row (the first is the headline's):
 	// its throughput sizes the inputs of what follows.
@@ -292,6 +297,11 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 		// to mean anything (a longer prefix costs more per record — more
 		// records per partition than the buffer holds, more checkpoints).
 		if wr.PollingChain, err = h.measureOn(ctx, pr, runSpec{kind: kindPolling}, wr.Chain.Records, false); err != nil {
+			return wr, err
+		}
+	}
+	if pt.floor {
+		if err := h.floorAndCores(ctx, pr, wr); err != nil {
 			return wr, err
 		}
 	}
@@ -754,10 +764,13 @@ type running struct {
 	// every record complete, the design stopped and flushed.
 	tReady, tDone, tStop time.Duration
 	cpu0, cpu            time.Duration // process CPU at the start; used until done
-	smp                  *sampler
-	note                 string
-	limit                time.Duration // Options.Timeout: bounds the whole run
-	timeout              *time.Timer   // fires after limit
+	// windowCPU is the process CPU from the first record consumed to done:
+	// without the start-up (the group join), which dominates a short run.
+	windowCPU time.Duration
+	smp       *sampler
+	note      string
+	limit     time.Duration // Options.Timeout: bounds the whole run
+	timeout   *time.Timer   // fires after limit
 
 	ctx     context.Context    // of the run and the feeder
 	cancel  context.CancelFunc // cancels ctx
@@ -853,7 +866,11 @@ func (r *running) awaitDone() error {
 		return fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v",
 			r.s.kind, r.phase, r.d.prog.completed(), r.d.prog.total(), r.limit)
 	}
-	r.cpu = cpuTime() - r.cpu0
+	end := cpuTime()
+	r.cpu = end - r.cpu0
+	if c := r.d.prog.firstCPU.Load(); c > 0 {
+		r.windowCPU = end - time.Duration(c)
+	}
 	r.tDone = time.Since(r.wall)
 	r.smp.finish()
 	if r.d.note != nil {
@@ -897,6 +914,8 @@ func (r *running) result() *DesignResult {
 		PeakHeapMB:      float64(r.smp.peakLive) / (1 << 20),
 		PeakHeapAllocMB: float64(r.smp.peakAlloc) / (1 << 20),
 		Note:            r.note,
+		GOMAXPROCS:      runtime.GOMAXPROCS(0),
+		windowCPU:       r.windowCPU,
 	}
 	if el > 0 {
 		res.ThroughputRPS = float64(d.prog.total()) / el.Seconds()

@@ -130,9 +130,15 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		}
 	}
 
+	wr.Floor.write(b)
+	if wr.Floor != nil && wr.Chain == nil && wr.Strongest == nil && wr.Raw == nil {
+		// FloorOnly: no design row to print.
+		writeCores(b, wr.Cores, wr.Floor)
+		return
+	}
 	b.WriteString("  throughput (each design on its own prefix of the stream, sized by time):\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\theap MB\tefficiency\tof own bound\twait +%\tcorrect\t")
+	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\tcpu µs/rec\theap MB\tefficiency\tof own bound\tof cpu bound\tfloor ÷ cpu\twait +%\tcorrect\t")
 	rows := append(append([]*DesignResult(nil), wr.variants()...), wr.Strongest, wr.Design6, wr.PollingChain, wr.Raw, wr.NoopChain)
 	for _, d := range rows {
 		if d == nil {
@@ -149,9 +155,9 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		if kind(d.Design) == kindRaw || kind(d.Design) == kindNoop {
 			steady = "-"
 		}
-		fmt.Fprintf(tw, "    %s\t%d\t%.0f\t%.2f\t%s\t%d\t%d\t%d\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t\n", designLabel(d), d.Records, d.ThroughputRPS, d.Elapsed,
-			steady, d.Syncs, d.CheckpointsMost, d.Commits, d.CPUs, d.PeakHeapMB, optf(d.Efficiency, "%.2f"), optf(d.EfficiencyOwn, "%.2f"),
-			over, correctText(d.Correctness))
+		fmt.Fprintf(tw, "    %s\t%d\t%.0f\t%.2f\t%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", designLabel(d), d.Records, d.ThroughputRPS, d.Elapsed,
+			steady, d.Syncs, d.CheckpointsMost, d.Commits, d.CPUs, cpuPerRecordUs(d), d.PeakHeapMB, optf(d.Efficiency, "%.2f"), optf(d.EfficiencyOwn, "%.2f"),
+			optf(wr.Floor.fraction(d), "%.2f"), optf(wr.Floor.share(d), "%.2f"), over, correctText(d.Correctness))
 	}
 	tw.Flush()
 
@@ -222,6 +228,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
 	}
+	writeCores(b, wr.Cores, wr.Floor)
 	wr.Velocity.write(b)
 	for _, d := range []*DesignResult{wr.Chain, wr.Strongest, wr.Design6} {
 		if d != nil && d.Note != "" {

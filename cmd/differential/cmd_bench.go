@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,6 +68,8 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.BoolVar(&o.EOSCost, "eos-cost", false, "measure the exactly-once cost table instead of the design comparison: workloads B and A (--workloads), each of --guarantees at each of --commit-intervals")
 	fs.Var(listValue{&o.Guarantees}, "guarantees", "--eos-cost: delivery `guarantees`, any of at-least-once,exactly-once (default both)")
 	fs.Var(durationListValue{&o.CommitIntervals}, "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 50ms,100ms,250ms,500ms,1s; --quick 50ms,100ms,250ms)")
+	fs.BoolVar(&o.FloorOnly, "floor-only", false, "workload B only: measure its CPU floor (and --cores), no design comparison; every run of B measures the floor anyway")
+	fs.Var(intListValue{&o.Cores}, "cores", "workload B: also run the chain and the strongest micro-batch at each of these GOMAXPROCS `counts`, e.g. 1,2 (each at most the machine's CPUs; default none)")
 	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -100,6 +103,9 @@ func checkBenchOptions(o *bench.Options) error {
 		}
 	}
 	if err := checkCostOptions(o); err != nil {
+		return err
+	}
+	if err := checkFloorOptions(o); err != nil {
 		return err
 	}
 	if len(o.Brokers) > 0 {
@@ -235,5 +241,33 @@ func (l durationListValue) Set(s string) error {
 		out = append(out, d)
 	}
 	*l.p = out
+	return nil
+}
+
+// checkFloorOptions rejects, as usage errors naming the flag, bad
+// --floor-only and --cores values.
+func checkFloorOptions(o *bench.Options) error {
+	hasB := len(o.Workloads) == 0
+	for _, w := range o.Workloads {
+		if strings.ToUpper(w) == "B" {
+			hasB = true
+		} else if o.FloorOnly {
+			return usagef("--floor-only measures workload B only, not %q", w)
+		}
+	}
+	if (o.FloorOnly || len(o.Cores) > 0) && o.EOSCost {
+		return usagef("--floor-only and --cores are for the design comparison, not --eos-cost")
+	}
+	if len(o.Cores) > 0 && !hasB {
+		return usagef("--cores sweeps workload B: add it to --workloads")
+	}
+	for i, n := range o.Cores {
+		if n < 1 || n > runtime.NumCPU() {
+			return usagef("--cores: each count must be in [1, %d] (this machine's CPUs), got %d", runtime.NumCPU(), n)
+		}
+		if slices.Contains(o.Cores[:i], n) {
+			return usagef("--cores: %d given twice", n)
+		}
+	}
 	return nil
 }
