@@ -178,6 +178,14 @@ func newDefaultsEnv(b *testing.B, records, batch int) *benchEnv {
 // least as often). cpu-ns/rec is the figure to compare.
 func BenchmarkWorkloadB1s_Chain(b *testing.B) { newDefaultsEnv(b, 400_000, 2000).run(b, kindChain) }
 
+// BenchmarkWorkloadB1s_ChainKeyConcurrency2: the same, the chain's stages
+// with 2 key workers each instead of W (Options.KeyConcurrency).
+func BenchmarkWorkloadB1s_ChainKeyConcurrency2(b *testing.B) {
+	e := newDefaultsEnv(b, 400_000, 2000)
+	e.h.o.KeyConcurrency = 2
+	e.run(b, kindChain)
+}
+
 func BenchmarkWorkloadB1s_Strongest(b *testing.B) {
 	newDefaultsEnv(b, 400_000, 32_000).run(b, kindStrongest)
 }

@@ -45,6 +45,13 @@ type Options struct {
 	// partitions and stages, for every design (A and B). Default 64. C
 	// sweeps its own.
 	Workers int
+	// KeyConcurrency is the chain's key concurrency per stage
+	// (attribution.Wiring.KeyConcurrency) on A and B: how many of the
+	// stage's records of different keys may run at once, within the cap W.
+	// Default W. A CPU-bound workload gains nothing from more than about
+	// the cores and pays a worker hand-off per record: on B, 2 costs less
+	// CPU per record than 64 on a 2-core machine (docs/benchmark.md).
+	KeyConcurrency int
 	// Seed of the workload generator. Default 1.
 	Seed uint64
 	// CostMedian is the median of A's and C's per-record cost (log-normal,
@@ -288,6 +295,7 @@ func (o Options) validate() error {
 	}
 	check(o.Partitions > 0, "Partitions must be > 0, got %d", o.Partitions)
 	check(o.Workers > 0 && o.Workers <= chain.DefaultInFlight, "Workers must be in [1, %d] (the chain's in-flight window), got %d", chain.DefaultInFlight, o.Workers)
+	check(o.KeyConcurrency >= 0 && o.KeyConcurrency <= o.Workers, "KeyConcurrency must be in [1, Workers=%d] (0: Workers), got %d", o.Workers, o.KeyConcurrency)
 	check(o.Repeats > 0, "Repeats must be > 0, got %d", o.Repeats)
 	check(o.BatchSize > 0, "BatchSize must be > 0, got %d", o.BatchSize)
 	check(o.BatchLinger > 0, "BatchLinger must be > 0, got %v", o.BatchLinger)
@@ -421,6 +429,15 @@ const (
 	costIdleTimeout = 500 * time.Millisecond
 	costDuration    = 5 * time.Second
 )
+
+// chainKeyConcurrency is the chain's key concurrency at point pt: W, or
+// KeyConcurrency on A and B (C sweeps W itself).
+func (o Options) chainKeyConcurrency(pt point) int {
+	if o.KeyConcurrency > 0 && pt.name != "C" {
+		return o.KeyConcurrency
+	}
+	return pt.workers
+}
 
 // validateFloor checks FloorOnly and Cores.
 func (o Options) validateFloor() []error {

@@ -47,6 +47,9 @@ type WorkloadResult struct {
 	Workload   string `json:"workload"`
 	Partitions int    `json:"partitions"`
 	Workers    int    `json:"workers"`
+	// KeyConcurrency is the chain's key concurrency per stage
+	// (Options.KeyConcurrency; W unless set).
+	KeyConcurrency int `json:"key_concurrency"`
 	// Gate is the headline chain's gate scope (Options.Gate); a point that
 	// compares scopes has both in ChainVariants.
 	Gate string `json:"gate"`

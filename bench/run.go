@@ -187,9 +187,10 @@ func (h *harness) runPoint(ctx context.Context, pt point) (*WorkloadResult, erro
 	t0 := time.Now()
 	pr := h.newPointRun(pt)
 	defer pr.close()
-	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, Gate: string(h.o.Gate),
+	kc := h.o.chainKeyConcurrency(pt)
+	wr := &WorkloadResult{Workload: pt.name, Partitions: P, Workers: pt.workers, KeyConcurrency: kc, Gate: string(h.o.Gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: h.o.CommitInterval.String()}
-	h.progressf("workload %s P=%d W=%d: %s (generated in %v)", pt.name, P, pt.workers, pr.st, time.Since(t0).Round(time.Millisecond))
+	h.progressf("workload %s P=%d W=%d (chain key concurrency %d): %s (generated in %v)", pt.name, P, pt.workers, kc, pr.st, time.Since(t0).Round(time.Millisecond))
 	if pt.floor && h.o.FloorOnly {
 		err := h.floorAndCores(ctx, pr, wr)
 		wr.Params = pr.st.String()
@@ -1205,7 +1206,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		if s.variant != nil {
 			opts = append(opts, s.variant.options...)
 		}
-		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: W, Gate: o.gateOf(s.variant), Stages: costs, Decoder: counting}, opts...)
+		ch, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: o.chainKeyConcurrency(s.pt), Gate: o.gateOf(s.variant), Stages: costs, Decoder: counting}, opts...)
 		if err != nil {
 			d.close()
 			return nil, err

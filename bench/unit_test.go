@@ -393,3 +393,17 @@ func TestCeilingRatioCancelsTheOrderEffect(t *testing.T) {
 	// The median of an even count is the mean of the middle two.
 	require.InDelta(t, 2.5, *medianOf([]float64{4, 1, 3, 2}), 1e-9)
 }
+
+// The chain's key concurrency is W unless set, at most W, and C keeps
+// its own W.
+func TestChainKeyConcurrency(t *testing.T) {
+	o := Options{}.withDefaults()
+	a, c := point{name: "A", workers: 64}, point{name: "C", workers: 16}
+	require.Equal(t, 64, o.chainKeyConcurrency(a))
+	o.KeyConcurrency = 2
+	require.NoError(t, o.validate())
+	require.Equal(t, 2, o.chainKeyConcurrency(a))
+	require.Equal(t, 16, o.chainKeyConcurrency(c))
+	o.KeyConcurrency = 65
+	require.ErrorContains(t, o.validate(), "KeyConcurrency must be in [1, Workers=64]")
+}

@@ -43,6 +43,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.Records, "records", 0, "fix every design run's input to this many records instead of sizing it by time")
 	fs.IntVar(&o.Partitions, "partitions", 0, "input partitions of A and B (default 8)")
 	fs.IntVar(&o.Workers, "workers", 0, "cap W on records in processing at once, both designs (default 64)")
+	fs.IntVar(&o.KeyConcurrency, "key-concurrency", 0, "the chain's records of different keys a stage may run at once on A and B, at most W (default W)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "workload seed (default 1)")
 	fs.Var(durationValue{&o.CostMedian}, "cost-median", "median simulated per-record cost of A and C, a `duration` (default 1ms)")
 	fs.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, about a minute)")
