@@ -322,12 +322,7 @@ func failoverRun(t *testing.T, bin, assignor string, static bool) []gap {
 		rate       = 1000 // records a second
 	)
 	f := newFleet(t, bin, "failover", partitions, assignor, true, strings.Fields(os.Getenv("DIFFERENTIAL_FLEET_BENCH_FLAGS"))...)
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 240_000, partitions, 4000, 61
-	wc.Start = wc.Start.AddDate(0, -1, 0) // see testFleet
-	wc.MaxRecordBytes = 16 << 10
-	f.cfg = attribution.DefaultConfig()
-	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	wc := f.workload(240_000, 4000, 61)
 	f.cfg.IdleTimeout = 10 * time.Minute
 	recs := workload.Generate(wc)
 

@@ -459,18 +459,26 @@ func TestExactlyOnceFleet(t *testing.T) {
 	testFleet(t, "sticky", true)
 }
 
-func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
-	const partitions = 8
-	f := newFleet(t, buildCLI(t), "fleet", partitions, assignor, exactlyOnce)
+// workload is the input of a fleet test: records over users on the fleet's
+// partitions, at most 16 KiB a record, starting a month before the
+// generator's default — late records run days past the span's end, and a
+// real broker rejects timestamps more than an hour ahead of its clock
+// (log.message.timestamp.after.max.ms). It sets the fleet's model
+// configuration to the same record size.
+func (f *fleet) workload(records, users int, seed uint64) workload.Config {
 	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 40_000, partitions, 2000, 123
-	// A month before the default start: late records run days past the
-	// span's end, and a real broker rejects timestamps more than an hour
-	// ahead of its clock (log.message.timestamp.after.max.ms).
+	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, f.partitions, users, seed
 	wc.Start = wc.Start.AddDate(0, -1, 0)
 	wc.MaxRecordBytes = 16 << 10
 	f.cfg = attribution.DefaultConfig()
 	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	return wc
+}
+
+func testFleet(t *testing.T, assignor string, exactlyOnce bool) {
+	const partitions = 8
+	f := newFleet(t, buildCLI(t), "fleet", partitions, assignor, exactlyOnce)
+	wc := f.workload(40_000, 2000, 123)
 	f.cfg.IdleTimeout = 10 * time.Minute // the fleet's --idle-timeout, for the model's horizons
 	recs := workload.Generate(wc)
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }

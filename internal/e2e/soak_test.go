@@ -38,13 +38,8 @@ func newSoakFleet(t *testing.T, partitions, records int, bin string) (*fleet, []
 	// DIFFERENTIAL_SOAK_FLAGS: more `run` flags, e.g. "--key-concurrency 8".
 	extra := append([]string{"--lateness", soakLateness.String(), "--idle-timeout", soakIdle.String()}, strings.Fields(os.Getenv("DIFFERENTIAL_SOAK_FLAGS"))...)
 	f := newFleet(t, bin, "soak", partitions, "sticky", false, extra...)
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = records, partitions, 3000, 77
-	wc.Start = wc.Start.AddDate(0, -1, 0)
-	wc.MaxRecordBytes = 16 << 10
+	wc := f.workload(records, 3000, 77)
 	wc.LateClickFrac = 0.3
-	f.cfg = attribution.DefaultConfig()
-	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
 	f.cfg.Lateness = soakLateness
 	f.cfg.IdleTimeout = soakIdle // the members' --idle-timeout, for the model's horizons
 	return f, workload.Generate(wc)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/workload"
-	"github.com/differential-dev/differential/processors/attribution"
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
@@ -48,12 +47,7 @@ func TestStaticMemberRestartMovesNothing(t *testing.T) {
 	const partitions = 4
 	f := newFleet(t, buildCLI(t), "static", partitions, "sticky", true,
 		"--session-timeout", staticSession.String())
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 20_000, partitions, 1000, 31
-	wc.Start = wc.Start.AddDate(0, -1, 0) // see testFleet
-	wc.MaxRecordBytes = 16 << 10
-	f.cfg = attribution.DefaultConfig()
-	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	wc := f.workload(20_000, 1000, 31)
 	f.cfg.IdleTimeout = 10 * time.Minute
 	recs := workload.Generate(wc)
 	slice := func(i int) []workload.Record { return recs[i*len(recs)/10 : (i+1)*len(recs)/10] }
@@ -150,12 +144,7 @@ func TestStaticMemberRestartMovesNothing(t *testing.T) {
 // both taking the membership from each other for ever.
 func TestDuplicateInstanceIDStopsTheOlderProcess(t *testing.T) {
 	f := newFleet(t, buildCLI(t), "dupid", 2, "sticky", false)
-	wc := workload.DefaultConfig()
-	wc.Records, wc.Partitions, wc.Users, wc.Seed = 2_000, 2, 100, 7
-	wc.Start = wc.Start.AddDate(0, -1, 0) // see testFleet
-	wc.MaxRecordBytes = 16 << 10
-	f.cfg = attribution.DefaultConfig()
-	f.cfg.MaxRecordBytes = wc.MaxRecordBytes
+	wc := f.workload(2_000, 100, 7)
 	f.produce(t, workload.Generate(wc))
 
 	older := f.start(t, "older", "--instance-id", "same")
