@@ -66,6 +66,9 @@ type partitionStore struct {
 	stages     []string
 	handles    []stageState
 	evictLimit int
+	// betweenChunks, if set (tests), runs each time persisted releases mu
+	// between two chunks.
+	betweenChunks func()
 	// filter holds every persisted key (see keyFilter); never nil once
 	// the partition is open.
 	filter atomic.Pointer[keyFilter]
@@ -328,11 +331,14 @@ func (pc *prepared) applied() {
 	for _, key := range pc.vanished {
 		p.ckpt.exp.setCurrent(key, nil)
 	}
+	// The generation moves before any key leaves the overlay, so that a scan
+	// that reads the overlay after a key left it reopens its backend
+	// iterator (see scanner); then the persisted writes leave in chunks.
 	p.mu.Lock()
-	p.persistedLocked(pc.cps, pc.evicted, pc.vanished)
 	stale := p.newGenLocked()
 	p.mu.Unlock()
 	closeIters(stale)
+	p.persisted(pc.cps, pc.evicted, pc.vanished)
 }
 
 // newGenLocked bumps the generation (the backend changed under keys that
@@ -384,7 +390,7 @@ func covers(cp *commit.Checkpoint, off int64) bool {
 // takeLocked copies into ckpt.taken, per stage, the pending writes that this
 // checkpoint persists: offset below the stage's Next or in its Above, and
 // not superseded. It
-// leaves the pending lists alone; persistedLocked removes the writes once
+// leaves the pending lists alone; persisted removes the writes once
 // the batch has committed.
 func (p *partitionStore) takeLocked(cps []commit.Checkpoint) {
 	for i, l := range p.mu.pending {
@@ -536,18 +542,27 @@ func expiredBy(enc []byte, ev int64) bool {
 	return exp != 0 && exp <= ev
 }
 
-// persistedLocked updates the in-memory state after a committed checkpoint:
+// persisted updates the in-memory state after a committed checkpoint (and
+// after the generation moved):
 // the persisted (or superseded) writes leave the pending lists, overlay
 // entries without pending writes leave the overlay, and an evicted key whose
 // latest write was persisted reads as deleted.
-func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, gone ...[]string) {
-	for i, l := range p.mu.pending {
+func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The keys leave the overlay in chunks, mu released between them: a
+	// checkpoint at a long interval persists tens of thousands of writes,
+	// and the stage workers of the partition, which take mu for every read
+	// and write, would otherwise stand still for all of them. Between two
+	// chunks a key still in the overlay has its persisted value, and
+	// writes only append to the pending lists (a list's first n writes,
+	// the checkpoint's, stay where they are).
+	left := persistChunk
+	for i := range p.mu.pending {
 		n, cp := p.ckpt.n[i], &cps[i]
-		j := 0
-		for _, w := range l[:n] {
+		for x := range n {
+			w := p.mu.pending[i][x]
 			if !covers(cp, w.off) {
-				l[j] = w
-				j++
 				continue
 			}
 			k := w.k
@@ -555,6 +570,24 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, gone ...[]stri
 			if k.pending--; k.pending == 0 {
 				delete(p.mu.overlay, k.key)
 				p.mu.keys.Delete(k.key)
+			}
+			if left--; left == 0 {
+				p.mu.Unlock()
+				left = persistChunk
+				if p.betweenChunks != nil {
+					p.betweenChunks()
+				}
+				p.mu.Lock()
+			}
+		}
+	}
+	for i, l := range p.mu.pending {
+		n, cp := p.ckpt.n[i], &cps[i]
+		j := 0
+		for _, w := range l[:n] {
+			if !covers(cp, w.off) {
+				l[j] = w
+				j++
 			}
 		}
 		j += copy(l[j:], l[n:])
@@ -569,6 +602,10 @@ func (p *partitionStore) persistedLocked(cps []commit.Checkpoint, gone ...[]stri
 		}
 	}
 }
+
+// persistChunk is how many persisted writes leave the overlay under one
+// hold of mu.
+const persistChunk = 256
 
 // clearScratch drops the scratch's references to writes and keys, so that a
 // checkpoint does not keep memory alive until the next one.

@@ -28,8 +28,8 @@ import (
 //
 // A Pebble iterator reads a snapshot taken when it is created. A key whose
 // latest write W is pending sits in the overlay until the checkpoint that
-// persists it commits its batch and then drops the key (persistedLocked,
-// which bumps mu.gen). Were the overlay read after the drop and the
+// persists it commits its batch and then drops the key (applied bumps
+// mu.gen, then persisted drops the keys). Were the overlay read after the drop and the
 // snapshot taken before the commit, W would be in neither, and the scan
 // would see an older value. So the scanner records mu.gen when it opens the
 // backend iterator and compares it at every overlay read: if a drop
