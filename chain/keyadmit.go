@@ -3,8 +3,6 @@ package chain
 import (
 	"context"
 	"math"
-	"runtime"
-	"time"
 )
 
 // loopKeyed is loop for a stage with the key-scoped gate: it admits records
@@ -104,67 +102,28 @@ func (s *stageRun) admission(ctx context.Context, ev *Event, processing bool) (w
 	if processing {
 		w.s = addSaturating(ev.Time.UnixNano(), int64(cfg.lateness))
 	}
-	var ch <-chan struct{}
-	spins := 0
-	for {
+	res := w
+	err := s.leaderWait(ctx, &l.readSig, g, func() bool {
 		rn, rs := l.rd.load()
 		if rn > w.off && rs > w.s {
-			return w, nil
+			return true
 		}
 		if gl, ok := s.p.gaps.first(o); ok && gl < rn {
 			s.idles.Add(1)
-			return idleWant(o, gl), nil
+			res = idleWant(o, gl)
+			return true
 		}
-		if ch == nil {
-			if err := g.service(); err != nil {
-				return w, err
-			}
-			if spins < gateSpins {
-				spins++
-				runtime.Gosched()
-				continue
-			}
-			ch = l.readSig.wait() // register, then check again (see signal)
-			continue
-		}
-		wk := g.wake.wait()
-		if g.hasMoved.Load() {
-			ch = nil
-			continue
-		}
+		return false
+	}, func() bool {
 		// A leader that has read everything fetched can only release the
-		// record by the log showing it idle at the tail: arm the idle
-		// deadline.
-		var timer *time.Timer
-		var tc <-chan time.Time
-		var answer <-chan struct{}
-		if rn, _ := l.rd.load(); rn >= s.p.ring.High() {
-			ok, at, ans := s.p.tailGap(ctx, s)
-			if ok {
-				ch = nil
-				continue // the gap is in the log now
-			}
-			if !at.IsZero() {
-				timer = time.NewTimer(time.Until(at))
-				tc = timer.C
-			}
-			answer = ans
-		}
-		select {
-		case <-ch:
-		case <-wk:
-		case <-tc:
-		case <-answer:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
-			return w, ctx.Err()
-		}
-		ch = nil
+		// record by the log showing it idle at the tail.
+		rn, _ := l.rd.load()
+		return rn >= s.p.ring.High()
+	})
+	if err != nil {
+		return w, err
 	}
+	return res, nil
 }
 
 // offer runs a begun record now if its key has nothing waiting and the

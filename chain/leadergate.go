@@ -33,23 +33,62 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 	if r := s.seen; r.leaderNext > o+cfg.offsetDistance && (!processing || r.leaderWM > need) {
 		return r, nil
 	}
-	var ch <-chan struct{}
-	spins := 0
-	for {
-		ln, lwm := l.cp.load()
+	var r release
+	var ln int64
+	err := s.leaderWait(ctx, &l.progress, nil, func() bool {
+		var lwm int64
+		ln, lwm = l.cp.load()
 		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
 			s.seen = release{leaderNext: ln, leaderWM: lwm}
-			return s.seen, nil
+			r = s.seen
+			return true
 		}
 		if ln > o {
 			// Idle over the log: the leader completed everything up to a
 			// gap at or after o (see gapLog).
 			if gl, ok := s.p.gaps.first(o); ok && gl < ln {
 				s.idles.Add(1)
-				return release{leaderNext: gl + 1, leaderWM: lwm, idle: true}, nil
+				r = release{leaderNext: gl + 1, leaderWM: lwm, idle: true}
+				return true
 			}
 		}
+		return false
+	}, func() bool {
+		// The leader completed everything fetched: the log shows it idle
+		// once its end is confirmed past the last record's timestamp +
+		// IdleTimeout.
+		return ln > o && ln >= s.p.ring.High()
+	})
+	if err != nil {
+		return release{}, err
+	}
+	return r, nil
+}
+
+// leaderWait is the follower's wait for its leader, the same in both gates
+// (gate: the leader's completions; admission: its begins). released looks
+// at the leader once and reports whether the record may go, the caller
+// keeping what it found; atTail reports, after a look that did not release
+// it, whether the leader has passed everything fetched, so that only the
+// log showing it idle at the live tail (tailGap) can release the record.
+// Between looks the follower yields gateSpins times, then sleeps on sig
+// (the leader's signal for what released reads), the key gate's wake when
+// g is set (which it serves before every yield and whenever a key moved),
+// the idle deadline's timer and the end check's answer — never a polling
+// loop. It returns nil once released, or a service error, or ctx's error.
+func (s *stageRun) leaderWait(ctx context.Context, sig *signal, g *keyGate, released, atTail func() bool) error {
+	var ch <-chan struct{}
+	spins := 0
+	for {
+		if released() {
+			return nil
+		}
 		if ch == nil {
+			if g != nil {
+				if err := g.service(); err != nil {
+					return err
+				}
+			}
 			if spins < gateSpins {
 				// The leader is usually a few records ahead and running on
 				// the other core: yielding a few times is far cheaper than
@@ -59,16 +98,20 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 				continue
 			}
 			// Register, then check again before blocking (see signal).
-			ch = l.progress.wait()
+			ch = sig.wait()
 			continue
+		}
+		var wk <-chan struct{} // nil without a key gate: never ready
+		if g != nil {
+			if wk = g.wake.wait(); g.hasMoved.Load() {
+				ch = nil
+				continue
+			}
 		}
 		var timer *time.Timer
 		var tc <-chan time.Time
 		var answer <-chan struct{}
-		if ln > o && ln >= s.p.ring.High() {
-			// The leader completed everything fetched: the log shows it
-			// idle once its end is confirmed past the last record's
-			// timestamp + IdleTimeout.
+		if atTail() {
 			ok, at, ans := s.p.tailGap(ctx, s)
 			if ok {
 				ch = nil
@@ -82,15 +125,18 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 		}
 		select {
 		case <-ch:
+		case <-wk:
 		case <-tc:
 		case <-answer:
 		case <-ctx.Done():
 		}
 		if timer != nil {
+			// Each wait arms its own timer, so stopping it is enough: no
+			// later wait reads its channel.
 			timer.Stop()
 		}
 		if ctx.Err() != nil {
-			return release{}, ctx.Err()
+			return ctx.Err()
 		}
 		ch = nil
 	}
