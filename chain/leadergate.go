@@ -8,7 +8,7 @@ import (
 )
 
 // gateSpins is how many times a blocked follower yields before it sleeps on
-// its leader's progress signal.
+// its leader's signal (leaderWait), in either gate.
 const gateSpins = 16
 
 // gate is the LimitedEventProcessor: a follower begins offset o with event
