@@ -158,6 +158,39 @@
 // in a processor that ignores its cancelled context. See DESIGN.md in the
 // repository for the state diagram and the races walked through.
 //
+// # Where the code is
+//
+// One concept a file. The chain and one partition: chain.go (New,
+// RunPartition, Stats), partition.go (partitionRun: fetcher, pace, commit
+// loop, stop), restore.go (bringing local state to the committed
+// checkpoint), idle.go (gapLog: the idle releases the log shows). One
+// stage of one partition:
+//
+//   - stagerun.go: the stageRun struct, its construction and its workers'
+//     start and stop;
+//   - stageloop.go: the loop that reads the partition (handoff buffer or
+//     own poller) and hands each record on (handle);
+//   - leadergate.go: the partition gate and leaderWait, the follower's wait
+//     for its leader that both gates share;
+//   - begin.go, complete.go: entering a record in the tracker, and its
+//     completion or drop (the published checkpoint, the drain's count);
+//   - emit.go: the processor under the retry policy, its outputs and dead
+//     letters;
+//   - dispatch.go, workercap.go: key-parallel workers and the chain-wide
+//     cap on them;
+//   - checkpoint.go, signal.go: the checkpoint a stage publishes (read
+//     lock-free) and the signal its waiters sleep on.
+//
+// The key-scoped gate: keygate.go (its types), keyadmit.go (reading,
+// admission and the offer to the gate), keyrelease.go (running the keys the
+// leader hands back), keyblock.go (the eager gate's blocking wait),
+// keystop.go (the drain at a stop and the transaction's doomed records),
+// keytable.go (the leader's pending records per key). Exactly-once mode:
+// txn.go (the coordinator and its cycles), txnpartition.go (a partition's
+// epochs, cuts and deferred sends). The API: options.go, record.go,
+// stage.go, gate.go, context.go, io.go, observer.go, tracing.go,
+// changelog.go, errors.go, stats.go, retry.go, deadletter.go.
+//
 // # For other drivers of the same processors
 //
 // NewContext, RetryPolicy, DeadLetter, ProduceDeadLetter and EvictBefore are

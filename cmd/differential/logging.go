@@ -71,7 +71,7 @@ func saramaDebug(msg string) {
 }
 
 // deadLetterMsg is the message of the chain's line about a dead-lettered
-// record (chain/stagerun.go), with its "reason".
+// record (chain/emit.go), with its "reason".
 const deadLetterMsg = "record dead-lettered"
 
 // Dead-letter logging is sampled: per reason, the first deadLettersInFull
