@@ -28,14 +28,64 @@ import (
 type dispatcher struct {
 	s       *stageRun
 	workCtx context.Context
-	work    chan *job
 	wg      sync.WaitGroup
+	// slots, without the worker cap, holds a token per idle worker and per
+	// worker not started yet: dispatch takes one before it hands a record
+	// over, so it blocks while KeyConcurrency workers are busy. Under the
+	// worker cap it is nil (see newDispatcher) and records wait in
+	// mu.pending instead.
+	slots chan struct{}
 
 	mu struct {
 		sync.Mutex
 		keys map[string]*keyQueue // key → records waiting behind the running one
 		free []*job
+		// idle is a stack of the workers waiting for a key, the one that
+		// went idle last on top: dispatch hands a new key to that one, so
+		// that a stage whose records do not wait keeps running on the few
+		// workers (stacks, contexts) that are warm in the cache instead of
+		// cycling through all of them, while work that waits still spreads
+		// over every worker.
+		idle []*keyWorker
+		// pending holds, under the worker cap, the keys dispatched while no
+		// worker was idle and all KeyConcurrency were started, in dispatch
+		// order; a worker takes the next one before it goes idle. Non-empty
+		// only while every worker is busy.
+		pending jobQueue
+		// workers are the workers started so far, at most KeyConcurrency.
+		workers []*keyWorker
 	}
+}
+
+// keyWorker is one worker's hand-over point: dispatch puts a key's first
+// record in next (buffered 1: the worker is idle, so it is empty) and
+// closes it when the stage stops.
+type keyWorker struct {
+	next chan *job
+}
+
+// jobQueue is a FIFO of jobs linked through next.
+type jobQueue struct{ head, tail *job }
+
+func (q *jobQueue) push(j *job) {
+	if q.tail == nil {
+		q.head = j
+	} else {
+		q.tail.next = j
+	}
+	q.tail = j
+}
+
+func (q *jobQueue) pop() *job {
+	j := q.head
+	if j != nil {
+		q.head = j.next
+		if q.head == nil {
+			q.tail = nil
+		}
+		j.next = nil
+	}
+	return j
 }
 
 type job struct {
@@ -53,21 +103,20 @@ type keyQueue struct {
 }
 
 func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
-	work := make(chan *job)
-	if s.p.c.workers != nil {
-		// Under the worker cap the stage does not wait for a free worker:
-		// the workers may all hold keys waiting for a slot, and a stage
-		// that stopped reading would leave the hot key's queue to run dry
-		// (and its priority with it). Every record in work was begun and
-		// is not complete, so the in-flight window bounds it (I9).
-		work = make(chan *job, s.p.c.cfg.inFlight)
+	n := s.st.KeyConcurrency
+	d := &dispatcher{s: s, workCtx: workCtx}
+	if s.p.c.workers == nil {
+		d.slots = make(chan struct{}, n)
+		for range n {
+			d.slots <- struct{}{}
+		}
 	}
-	d := &dispatcher{s: s, workCtx: workCtx, work: work}
+	// Under the worker cap the stage does not wait for a free worker: the
+	// workers may all hold keys waiting for a slot, and a stage that
+	// stopped reading would leave the hot key's queue to run dry (and its
+	// priority with it). Every record in pending was begun and is not
+	// complete, so the in-flight window bounds it (I9).
 	d.mu.keys = make(map[string]*keyQueue)
-	for range s.st.KeyConcurrency {
-		pc := s.newContext()
-		d.wg.Go(func() { d.worker(pc) })
-	}
 	return d
 }
 
@@ -97,10 +146,19 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	q := &keyQueue{}
 	q.ready.Store(1)
 	d.mu.keys[string(ev.Key)] = q
+	if d.slots == nil {
+		w := d.popIdleLocked()
+		if w == nil && len(d.mu.workers) == d.s.st.KeyConcurrency {
+			d.mu.pending.push(j)
+			d.mu.Unlock()
+			return nil
+		}
+		d.handLocked(w, j)
+		return nil
+	}
 	d.mu.Unlock()
 	select {
-	case d.work <- j:
-		return nil
+	case <-d.slots:
 	case <-ctx.Done():
 		j.ev.endSpan(OutcomeDropped, ctx.Err())
 		o := j.ev.Offset
@@ -108,6 +166,59 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 		d.s.drop(o)
 		return ctx.Err()
 	}
+	// A token stands for an idle worker or one not started yet: a worker
+	// pushes itself on idle before it returns its token.
+	d.mu.Lock()
+	d.handLocked(d.popIdleLocked(), j)
+	return nil
+}
+
+// handLocked hands j to w, or with w nil to a new worker, and unlocks mu.
+// Workers start when a key finds none idle: a stage whose records do not
+// wait runs on about as many workers as there are cores, however large its
+// KeyConcurrency, and the goroutines it never needed cost nothing (a
+// garbage collection scans every goroutine's stack).
+func (d *dispatcher) handLocked(w *keyWorker, j *job) {
+	if w != nil {
+		d.mu.Unlock()
+		w.next <- j
+		return
+	}
+	w = &keyWorker{next: make(chan *job, 1)}
+	d.mu.workers = append(d.mu.workers, w)
+	d.mu.Unlock()
+	w.next <- j
+	pc := d.s.newContext()
+	d.wg.Go(func() { d.worker(w, pc) })
+}
+
+// popIdleLocked takes the worker that went idle last, or nil.
+func (d *dispatcher) popIdleLocked() *keyWorker {
+	n := len(d.mu.idle)
+	if n == 0 {
+		return nil
+	}
+	w := d.mu.idle[n-1]
+	d.mu.idle[n-1] = nil
+	d.mu.idle = d.mu.idle[:n-1]
+	return w
+}
+
+// nextKey returns, under the worker cap, the next pending key's first
+// record; otherwise (or with none pending) it puts w back on the idle stack
+// and returns nil.
+func (d *dispatcher) nextKey(w *keyWorker) *job {
+	d.mu.Lock()
+	if j := d.mu.pending.pop(); j != nil {
+		d.mu.Unlock()
+		return j
+	}
+	d.mu.idle = append(d.mu.idle, w)
+	d.mu.Unlock()
+	if d.slots != nil {
+		d.slots <- struct{}{} // never blocks: one token per worker
+	}
+	return nil
 }
 
 func (d *dispatcher) newJobLocked() *job {
@@ -121,37 +232,45 @@ func (d *dispatcher) newJobLocked() *job {
 
 // worker takes keys from the stage loop and runs each key's records until
 // its queue is empty, also while the partition stops (see dispatcher). It
-// returns once the stage loop is done dispatching (stop closes work): a
-// key-scoped stage still dispatches the records its gate releases while
-// the partition drains.
-func (d *dispatcher) worker(pc *Context) {
-	wc := d.s.p.c.workers
-	for j := range d.work {
-		var ready *atomic.Int32
-		if wc != nil {
-			d.mu.Lock()
-			ready = &d.mu.keys[string(j.ev.Key)].ready
-			d.mu.Unlock()
-		}
-		if wc != nil && !wc.acquire(d.workCtx, ready) {
-			d.abandon(j) // the shutdown timeout
-			continue
-		}
+// returns once the stage loop is done dispatching and nothing is pending
+// (stop closes next): a key-scoped stage still dispatches the records its
+// gate releases while the partition drains.
+func (d *dispatcher) worker(w *keyWorker, pc *Context) {
+	for j := range w.next {
 		for j != nil {
-			err := d.s.process(pc, &j.ev, j.stream, j.kh)
-			if err != nil {
-				d.s.p.fail(err)
-			}
-			j = d.finishKey(j, err != nil || d.workCtx.Err() != nil)
-			if j != nil && wc != nil && !wc.yield(d.workCtx, ready) {
-				d.abandon(j)
-				j = nil
-				ready = nil
-			}
+			d.runKey(j, pc)
+			j = d.nextKey(w)
 		}
-		if ready != nil {
-			wc.release()
+	}
+}
+
+// runKey runs the records of j's key, j first, until the key's queue is
+// empty; under the worker cap it holds a slot meanwhile.
+func (d *dispatcher) runKey(j *job, pc *Context) {
+	wc := d.s.p.c.workers
+	var ready *atomic.Int32
+	if wc != nil {
+		d.mu.Lock()
+		ready = &d.mu.keys[string(j.ev.Key)].ready
+		d.mu.Unlock()
+		if !wc.acquire(d.workCtx, ready) {
+			d.abandon(j) // the shutdown timeout
+			return
 		}
+	}
+	for j != nil {
+		err := d.s.process(pc, &j.ev, j.stream, j.kh)
+		if err != nil {
+			d.s.p.fail(err)
+		}
+		j = d.finishKey(j, err != nil || d.workCtx.Err() != nil)
+		if j != nil && wc != nil && !wc.yield(d.workCtx, ready) {
+			d.abandon(j)
+			return
+		}
+	}
+	if wc != nil {
+		wc.release()
 	}
 }
 
@@ -203,9 +322,16 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 }
 
 // stop tells the workers that nothing more is dispatched and waits for
-// them. A worker returns only with its key's queue empty, so nothing is
-// left queued. It is called once the stage loop returned.
+// them. It is called once the stage loop returned. A worker returns only
+// with its key's queue empty and, under the worker cap, nothing pending
+// (pending is non-empty only while every worker is busy, and a busy
+// worker takes from it before it goes idle), so nothing is left queued.
 func (d *dispatcher) stop() {
-	close(d.work)
+	d.mu.Lock()
+	workers := d.mu.workers
+	d.mu.Unlock()
+	for _, w := range workers {
+		close(w.next)
+	}
 	d.wg.Wait()
 }
