@@ -15,7 +15,9 @@ type Stage struct {
 	Processor Processor
 	// KeyConcurrency > 1 lets up to that many records of different keys be
 	// processed at once within the stage; records of one key stay strictly in
-	// offset order. 0 or 1 (the default) is strict partition order.
+	// offset order. 0 or 1 (the default) is strict partition order. Its
+	// workers start as keys find none idle, so a stage whose records do
+	// not wait runs on about as many as there are cores.
 	KeyConcurrency int
 	// Gate is the scope of the follower gate in front of this stage:
 	// GatePartition (the default, also for "") or GateKey (DESIGN.md "The key-scoped
