@@ -86,11 +86,18 @@ type Answer struct {
 	Partition int32  `json:"partition"`
 	// Offset is the smallest of the stages' positions: every record of the
 	// partition below it is in every part of the answer.
-	Offset   int64                      `json:"offset"`
-	Stages   map[string]StageAnswer     `json:"stages"`
-	Clicks   []Click                    `json:"clicks"`
-	Installs []Install                  `json:"installs"`
-	Velocity *attribution.VelocityCount `json:"velocity,omitempty"`
+	Offset   int64                  `json:"offset"`
+	Stages   map[string]StageAnswer `json:"stages"`
+	Clicks   []Click                `json:"clicks"`
+	Installs []Install              `json:"installs"`
+	Velocity *Velocity              `json:"velocity,omitempty"`
+}
+
+// Velocity is the key's click count over the velocity window.
+type Velocity struct {
+	Window    string `json:"window"`
+	Count     int64  `json:"count"`
+	Threshold int64  `json:"threshold"`
 }
 
 // StageAnswer is the position a part of the answer was read at.
@@ -186,7 +193,10 @@ func (c *Config) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := Answer{Key: key, Topic: c.Topic, Partition: p, Offset: s.Offset(), Stages: map[string]StageAnswer{},
-		Clicks: []Click{}, Installs: []Install{}, Velocity: s.Velocity}
+		Clicks: []Click{}, Installs: []Install{}}
+	if v := s.Velocity; v != nil {
+		a.Velocity = &Velocity{Window: v.Window, Count: v.Count, Threshold: v.Threshold}
+	}
 	for name, pos := range s.Stages {
 		sa := StageAnswer{Offset: pos.Offset}
 		if !pos.Watermark.IsZero() {
