@@ -68,7 +68,11 @@ func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop fun
 	log.Info("serving /metrics and /healthz, /livez, /readyz and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
 		"live_view_auth", s.guard.String())
 	if s.view != nil && !s.guard.Enabled() && !loopback(bound) {
-		log.Warn("the live view and state queries are open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
+		what := "the live view is"
+		if s.state != nil {
+			what = "the live view and state queries are"
+		}
+		log.Warn(what + " open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
 	}
 	if listening != nil {
 		listening(bound)
