@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/statequery"
@@ -79,5 +81,22 @@ func TestHandler(t *testing.T) {
 	owners[p] = "me:1"
 	if rec := get(); rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("owned here, not running yet: %d", rec.Code)
+	}
+}
+
+// TestPartitionIsSaramas: Partition places keys as sarama's default
+// (hash) partitioner, the input producer's.
+func TestPartitionIsSaramas(t *testing.T) {
+	hp := sarama.NewHashPartitioner("in")
+	for _, n := range []int32{1, 3, 8, 1000} {
+		for _, k := range []string{"", "u1", "user-42", "00000000-0000-0000-0000-000000000000", "ü"} {
+			want, err := hp.Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(k)}, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := statequery.Partition([]byte(k), n); got != want {
+				t.Errorf("Partition(%q, %d) = %d, sarama's %d", k, n, got, want)
+			}
+		}
 	}
 }
