@@ -233,6 +233,12 @@ func TestStateQueryDuringRestore(t *testing.T) {
 // HTTP address through the group, a member answers a key of the other's
 // partition with 307 to the other's /state/{key}, and the other answers it.
 func TestStateQueryRedirect(t *testing.T) {
+	for _, assignor := range []string{assignorSticky, assignorCooperative} {
+		t.Run(assignor, func(t *testing.T) { testStateQueryRedirect(t, assignor) })
+	}
+}
+
+func testStateQueryRedirect(t *testing.T, assignor string) {
 	tp := newTopics(t, 4)
 	tp.produce(t, 2000, 13)
 	users := clickers(t, tp)
@@ -240,9 +246,9 @@ func TestStateQueryRedirect(t *testing.T) {
 	changed := make(chan struct{}, 1)
 	runA, runB := newRunningObserver(changed), newRunningObserver(changed)
 	a := startCLI(t, hooks{chainOptions: []chain.Option{chain.WithObserver(runA)}, metricsListening: func(s string) { addrA <- s }},
-		tp.runArgs("--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir())...)
+		tp.runArgs("--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(), "--assignor", assignor)...)
 	b := startCLI(t, hooks{chainOptions: []chain.Option{chain.WithObserver(runB)}, metricsListening: func(s string) { addrB <- s }},
-		tp.runArgs("--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir())...)
+		tp.runArgs("--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(), "--assignor", assignor)...)
 	hostA, hostB := recv(t, addrA, "member A's HTTP server"), recv(t, addrB, "member B's HTTP server")
 
 	// The group has settled once the members run disjoint, non-empty sets
