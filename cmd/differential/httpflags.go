@@ -11,7 +11,7 @@ import (
 	"github.com/differential-dev/differential/kafka"
 )
 
-// httpFlags are the settings of run's HTTP server (the live view,
+// httpFlags are the settings of run's HTTP server (the live view, /state,
 // /metrics, /healthz): its address and who may see the live view.
 type httpFlags struct {
 	addr      string
