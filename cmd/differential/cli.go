@@ -58,6 +58,9 @@ type hooks struct {
 	// breaks the engine on purpose for the fault-injection suite); in
 	// exactly-once mode it wraps the transactional producer's sends.
 	wrapProducer func(chain.Producer) chain.Producer
+	// wrapChangelog may replace the chain's changelog (tests hold a
+	// restore on purpose).
+	wrapChangelog func(chain.Changelog) chain.Changelog
 }
 
 type command struct {

@@ -52,7 +52,7 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"config unknown key", []string{"run", "--config", writeConfig(t, "brokers: [a:1]\n\nbufer: 10\n")},
 			`differential.yaml:3: unknown key "bufer" (did you mean "buffer"?)`},
 		{"config unrelated key", []string{"run", "--config", writeConfig(t, "zookeeper: a:2181\n")},
-			`unknown key "zookeeper" (the keys are the flags' names: alerts, assignor, brokers, buffer, changelog, changelog-topic, commit-interval`},
+			`unknown key "zookeeper" (the keys are the flags' names: advertised-http-addr, alerts, assignor, brokers, buffer, changelog, changelog-topic, commit-interval`},
 		{"config bad value", []string{"run", "--config", writeConfig(t, "brokers: a:1\nbuffer: lots\n")},
 			`differential.yaml:2: key "buffer": invalid value "lots"`},
 		{"config nested", []string{"run", "--config", writeConfig(t, "brokers:\n  main: a:1\n")},

@@ -81,11 +81,29 @@ func TestHTTPFlags(t *testing.T) {
 		{[]string{"--http-addr", ":1", "--http-tls-cert-file", certs.ServerCertFile}, "go together"},
 		{[]string{"--http-addr", ":1", "--http-tls-client-ca-file", certs.CAFile}, "go together"},
 		{[]string{"--http-addr", ":1", "--http-tls-cert-file", certs.ServerCertFile, "--http-tls-key-file", certs.ClientKeyFile}, "--http-tls-*: server certificate"},
+		{[]string{"--advertised-http-addr", "10.0.0.1:9100"}, "need --http-addr"},
+		{[]string{"--http-addr", ":1", "--advertised-http-addr", "0.0.0.0:9100"}, "--advertised-http-addr: \"0.0.0.0:9100\" is not a host:port other members can reach"},
+		{[]string{"--http-addr", ":1", "--advertised-http-addr", ":9100"}, "--advertised-http-addr"},
 	} {
 		_, err := parse(nil, tc.args...)
 		require.ErrorContains(t, err, tc.want, tc.args)
 		require.NotContains(t, err.Error(), "sekrit-value", "the token is never echoed")
 	}
+}
+
+// TestAdvertisedHTTPAddr: the advertised address is the flag's, or the
+// bound address unless its host is a wildcard.
+func TestAdvertisedHTTPAddr(t *testing.T) {
+	parse := func(args ...string) httpServing {
+		t.Helper()
+		o, err := parseRunOptions(append([]string{"--brokers", "k:9092"}, args...), &env{})
+		require.NoError(t, err)
+		return o.serving
+	}
+	require.Equal(t, "127.0.0.1:9100", parse("--http-addr", ":9100").advertise("127.0.0.1:9100"))
+	require.Equal(t, "", parse("--http-addr", "0.0.0.0:9100").advertise("0.0.0.0:9100"))
+	require.Equal(t, "", parse("--http-addr", "[::]:9100").advertise("[::]:9100"))
+	require.Equal(t, "pod-1.svc:9100", parse("--http-addr", "0.0.0.0:9100", "--advertised-http-addr", "pod-1.svc:9100").advertise("0.0.0.0:9100"))
 }
 
 // TestServeHTTPMutualTLS serves the live view over HTTPS with client CAs:

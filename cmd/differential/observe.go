@@ -17,6 +17,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/liveview"
 	"github.com/differential-dev/differential/internal/metricshttp"
+	"github.com/differential-dev/differential/internal/statequery"
 )
 
 // httpServer is what serveHTTP serves.
@@ -26,6 +27,9 @@ type httpServer struct {
 	mo     metricshttp.Options
 	health *metricshttp.Health
 	view   *liveview.View // nil: no live view
+	// state builds the /state/{key} handler for the bound address (nil:
+	// no state queries).
+	state func(bound string) http.Handler
 }
 
 // serveHTTP listens on the server's address (so a bad or busy address
@@ -43,6 +47,10 @@ func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop fun
 	if s.view != nil {
 		metricshttp.MountLiveView(mux, s.view, s.guard)
 	}
+	bound := ln.Addr().String()
+	if s.state != nil {
+		mux.Handle("GET "+statequery.Path, s.guard.Wrap(s.state(bound)))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls}
 	scheme := "http"
 	if s.tls != nil {
@@ -55,13 +63,16 @@ func serveHTTP(s httpServer, log *slog.Logger, listening func(string)) (stop fun
 			log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	bound := ln.Addr().String()
 	// internal/chaos reads the address from this line ("serving /metrics
 	// and /healthz", addr).
 	log.Info("serving /metrics and /healthz, /livez, /readyz and the live view at /", "addr", bound, "url", scheme+"://"+bound+"/",
 		"live_view_auth", s.guard.String())
 	if s.view != nil && !s.guard.Enabled() && !loopback(bound) {
-		log.Warn("the live view is open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
+		what := "the live view is"
+		if s.state != nil {
+			what = "the live view and state queries are"
+		}
+		log.Warn(what + " open to every machine that reaches " + bound + ": set --http-token or --http-tls-client-ca-file, or serve on 127.0.0.1")
 	}
 	if listening != nil {
 		listening(bound)

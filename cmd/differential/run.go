@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/liveview"
 	"github.com/differential-dev/differential/internal/metricshttp"
+	"github.com/differential-dev/differential/internal/statequery"
 	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
 )
@@ -35,7 +38,8 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		log.Warn(insecureWarning) // kafka.NewProducer and kafka.Run warn again, for their clients
 	}
 	sc := baseSarama(o.version, o.maxRecordBytes)
-	if err := o.preflight(sc); err != nil {
+	partitions, err := o.preflight(sc)
+	if err != nil {
 		return err
 	}
 	// One registry for everything: the engine's gauges and the metrics of
@@ -61,7 +65,11 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		}
 		// Closed after kafka.Run returned: every append was acknowledged.
 		defer closeLogged(log, "changelog", cl)
-		h.chainOptions = append([]chain.Option{chain.WithChangelog(cl)}, h.chainOptions...)
+		var chcl chain.Changelog = cl
+		if h.wrapChangelog != nil {
+			chcl = h.wrapChangelog(cl)
+		}
+		h.chainOptions = append([]chain.Option{chain.WithChangelog(chcl)}, h.chainOptions...)
 	}
 	switch o.metaVersion {
 	case "2":
@@ -121,6 +129,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	if err != nil {
 		return &usageError{err}
 	}
+	advertised := ""        // the HTTP address the member advertises through the group
 	var running atomic.Bool // /livez: false once kafka.Run has returned
 	running.Store(true)
 	if o.serving.addr != "" {
@@ -132,11 +141,27 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 			Info: []liveview.Field{{Name: "group", Value: o.group}, {Name: "topic", Value: o.topic},
 				{Name: "guarantee", Value: o.guarantee}, {Name: "gate", Value: o.gate}},
 		})
-		stop, err := serveHTTP(httpServer{httpServing: o.serving, reg: reg, mo: mo, health: health, view: view}, log, e.hooks.metricsListening)
+		owners, closeOwners := o.groupOwners(sc)
+		defer closeOwners()
+		state := func(bound string) http.Handler {
+			advertised = o.serving.advertise(bound)
+			return statequery.Handler(statequery.Config{
+				Topic: o.topic, Partitions: func() (int32, error) { return int32(partitions), nil },
+				Stats: ch.Stats, Rules: o.attribution(), Owners: owners, Self: advertised, Logger: log,
+				Open: func(p int32) (statequery.Snapshot, error) { return db.Snapshot(o.topic, p) },
+			})
+		}
+		stop, err := serveHTTP(httpServer{httpServing: o.serving, reg: reg, mo: mo, health: health, view: view, state: state},
+			log, e.hooks.metricsListening)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		if advertised == "" {
+			log.Warn("state queries: this member advertises no HTTP address (its --http-addr's host is a wildcard): other members answer 503 for its partitions; set --advertised-http-addr")
+		} else {
+			log.Info("state queries: advertising this member's HTTP address through the group", "advertised_http_addr", advertised)
+		}
 	}
 	changelog := "off"
 	if o.changelog {
@@ -151,7 +176,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	err = kafka.Run(ctx, ch, kafka.Config{
 		Brokers: o.brokers, Topic: o.topic, Group: o.group, Start: o.start,
-		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: o.strategy(),
+		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: kafka.Advertise(o.strategy(), advertised),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
 		SessionTimeout:   o.sessionTimeout, HeartbeatInterval: o.heartbeat,
 		InstanceID: o.instanceID, LeaveOnStop: o.leaveOnStop,
@@ -168,6 +193,37 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run stopped cleanly")
 	return nil
+}
+
+// groupOwners maps the input's partitions to the HTTP addresses their
+// members advertise (kafka.GroupOwners), with an admin client connected at
+// the first call; closeAdmin closes it.
+func (o *runOptions) groupOwners(sc *sarama.Config) (owners func(context.Context) (map[int32]string, error), closeAdmin func()) {
+	var mu sync.Mutex
+	var admin sarama.ClusterAdmin
+	owners = func(ctx context.Context) (map[int32]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if admin == nil {
+			c, err := securedSarama(sc, o.security)
+			if err != nil {
+				return nil, err
+			}
+			c.MetricRegistry = metrics.NewRegistry() // its metrics stay out of the served registry
+			if admin, err = sarama.NewClusterAdmin(o.brokers, c); err != nil {
+				admin = nil
+				return nil, kafka.ExplainConnect(err, o.security)
+			}
+		}
+		return kafka.GroupOwners(ctx, admin, o.group, o.topic)
+	}
+	return owners, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if admin != nil {
+			_ = admin.Close()
+		}
+	}
 }
 
 // topics are the topics run reads and writes, for the topic labels of
@@ -226,19 +282,20 @@ func (o *runOptions) transactionalID(db *store.DB) (string, error) {
 // preflight connects once and checks that the input, output and dead-letter
 // topics exist, so a typo fails with one clear message before anything
 // starts (kafka.Run checks the input topic again, for a topic deleted since).
-func (o *runOptions) preflight(sc *sarama.Config) error {
+// It returns the input topic's partition count.
+func (o *runOptions) preflight(sc *sarama.Config) (int, error) {
 	c, err := securedSarama(sc, o.security)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	c.MetricRegistry = metrics.NewRegistry() // a throwaway client's metrics stay out of the served registry
 	client, err := sarama.NewClient(o.brokers, c)
 	if err != nil {
-		return fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, o.security))
+		return 0, fmt.Errorf("connect to --brokers %v: %w", o.brokers, kafka.ExplainConnect(err, o.security))
 	}
 	defer func() { _ = client.Close() }()
-	_, err = checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}, {"alerts", o.velocity.alerts}})
-	return err
+	counts, err := checkTopics(client, o.brokers, []topicRef{{"topic", o.topic}, {"output", o.output}, {"dlq", o.dlq}, {"alerts", o.velocity.alerts}})
+	return counts[o.topic], err
 }
 
 // stateDirError explains a failure to open --state-dir. Pebble locks the

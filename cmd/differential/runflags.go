@@ -147,6 +147,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.commitInterval}, "commit-interval", "the `duration` between checkpoints (state persisted, offsets committed)")
 	fs.Var(durationValue{&o.shutdown}, "shutdown-timeout", "the `duration` a stopping partition waits for its in-flight records")
 	o.http.register(fs)
+	o.http.registerAdvertised(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "another name for --http-addr")
 	fs.Var(durationValue{&o.stallTimeout}, "stall-timeout", "/healthz and /readyz report a stage that lags and makes no progress, a partition whose leader does not answer, or a commit the coordinator does not acknowledge, for this `duration`")
 	fs.Var(durationValue{&o.metaRefresh}, "metadata-refresh", "how often the input's partition count is checked: partitions added to it are consumed within about twice this `duration` (plus a rebalance); one Metadata request per interval")
