@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,7 +13,9 @@ import (
 // invariant and the concurrency contract.
 type Ring[T any] struct {
 	offsetOf func(*T) int64
-	capacity int
+	// capacity is written under mu and read under it or atomically (Cap):
+	// SetCapacity changes it while the ring is in use.
+	capacity atomic.Int64
 
 	// The writer's reservation (Reserve, Commit): slots after the last
 	// item, in order res[0] then res[1]; owned by the writer, no other
@@ -34,11 +37,12 @@ type Ring[T any] struct {
 		// viewing: the pacer holds a View of the array's slots, so the
 		// array must not be copied (grown) until its next read.
 		viewing bool
-		// ahead bounds the unread items (LimitReadAhead); capacity by default.
-		ahead      int
-		lastAppend time.Time
-		closed     bool
-		closeErr   error
+		// ahead bounds the unread items: aheadWant (LimitReadAhead;
+		// capacity by default) clamped to capacity.
+		ahead, aheadWant int
+		lastAppend       time.Time
+		closed           bool
+		closeErr         error
 		// changed is closed at the next Append that adds items or at Close.
 		// nil when nobody asked for it, so an Append nobody waits for does
 		// not allocate. After Close it is a closed channel that stays.
@@ -75,10 +79,11 @@ func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
 	if offsetOf == nil {
 		panic("buffer: nil offsetOf")
 	}
-	r := &Ring[T]{offsetOf: offsetOf, capacity: capacity}
+	r := &Ring[T]{offsetOf: offsetOf}
+	r.capacity.Store(int64(capacity))
 	r.mu.buf = make([]T, min(capacity, initialSlots))
 	r.mu.low, r.mu.high, r.mu.pacer = start, start, start
-	r.mu.ahead = capacity
+	r.mu.ahead, r.mu.aheadWant = capacity, capacity
 	return r
 }
 
@@ -91,12 +96,36 @@ func New[T any](capacity int, start int64, offsetOf func(*T) int64) *Ring[T] {
 func (r *Ring[T]) LimitReadAhead(n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mu.ahead = min(max(n, 1), r.capacity)
+	r.mu.aheadWant = max(n, 1)
+	r.mu.ahead = min(r.mu.aheadWant, r.capLocked())
 	if r.mu.room != nil { // the writer may append more now
 		close(r.mu.room)
 		r.mu.room = nil
 	}
 }
+
+// SetCapacity changes how many items the ring holds at most (n is clamped
+// to at least 1), for a memory budget shared by several rings whose share
+// changes. A larger capacity lets the writer append more at once. A
+// smaller one holds the ring to n from the writer's next append: it
+// evicts read items first, as a full ring does, and waits for the pacer
+// while n unread items fill it; until then the items above n stay (none is
+// dropped unread). The backing array shrinks to the new capacity at the
+// writer's first append once the items fit, so the memory is released
+// then. The read-ahead limit is clamped to the capacity.
+func (r *Ring[T]) SetCapacity(n int) {
+	n = max(n, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.capacity.Store(int64(n))
+	r.mu.ahead = min(r.mu.aheadWant, n)
+	if r.mu.room != nil { // the writer may append more now
+		close(r.mu.room)
+		r.mu.room = nil
+	}
+}
+
+func (r *Ring[T]) capLocked() int { return int(r.capacity.Load()) }
 
 // Append copies items into the ring. Their offsets must be strictly
 // increasing and >= High(), else it returns an error wrapping ErrOrder and
@@ -185,10 +214,16 @@ func (r *Ring[T]) roomLocked(want int) int {
 	read := r.searchLocked(r.mu.pacer) // items with offset < pacer
 	unread := r.mu.n - read
 	want = min(want, r.mu.ahead-unread)
-	if want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < r.capacity && !r.mu.viewing {
+	capacity := r.capLocked()
+	switch {
+	case r.mu.viewing:
+		// The pacer holds slots of the array: it must not be copied.
+	case want > len(r.mu.buf)-r.mu.n && len(r.mu.buf) < capacity:
 		r.growLocked(r.mu.n + want)
 	}
-	free := len(r.mu.buf) - r.mu.n
+	// Past a lowered capacity free is negative: evicting read items brings
+	// the ring back to capacity before it takes any.
+	free := min(len(r.mu.buf), capacity) - r.mu.n
 	k := min(want, free+read)
 	if k <= 0 {
 		return 0
@@ -198,6 +233,11 @@ func (r *Ring[T]) roomLocked(want int) int {
 		r.mu.head = r.physLocked(evict)
 		r.mu.n -= evict
 		r.mu.stats.Evicted += uint64(evict)
+	}
+	if len(r.mu.buf) > capacity && !r.mu.viewing {
+		// SetCapacity lowered it, and the items now fit (n + k <=
+		// capacity): release the memory.
+		r.resizeLocked(capacity)
 	}
 	return k
 }
@@ -346,10 +386,17 @@ func (r *Ring[T]) Discard(below int64) {
 // capacity), keeping the items in order from index 0.
 func (r *Ring[T]) growLocked(need int) {
 	size := len(r.mu.buf)
-	for size < need && size < r.capacity {
+	capacity := r.capLocked()
+	for size < need && size < capacity {
 		size *= 2
 	}
-	size = min(size, r.capacity)
+	r.resizeLocked(min(size, capacity))
+}
+
+// resizeLocked moves the items into a new array of size slots (size >=
+// n), in order from index 0. Only the writer's calls reach it (a
+// reservation points into the array), and never while the pacer views it.
+func (r *Ring[T]) resizeLocked(size int) {
 	buf := make([]T, size)
 	if end := r.mu.head + r.mu.n; end <= len(r.mu.buf) {
 		copy(buf, r.mu.buf[r.mu.head:end])
@@ -579,7 +626,7 @@ func (r *Ring[T]) Room(from int64) (covered bool, room int) {
 	if from < r.mu.low {
 		return false, 0
 	}
-	return true, r.capacity - r.mu.n + r.searchLocked(from)
+	return true, r.capLocked() - r.mu.n + r.searchLocked(from)
 }
 
 // Low is the smallest offset still covered: start, then last-evicted+1.
@@ -610,8 +657,8 @@ func (r *Ring[T]) Len() int {
 	return r.mu.n
 }
 
-// Cap is the capacity given to New.
-func (r *Ring[T]) Cap() int { return r.capacity }
+// Cap is the capacity: the one given to New, or to SetCapacity since.
+func (r *Ring[T]) Cap() int { return int(r.capacity.Load()) }
 
 // Stats returns the ring's counters.
 func (r *Ring[T]) Stats() Stats {

@@ -129,10 +129,12 @@ func (c *Chain) RunPartition(ctx context.Context, a Assignment) error {
 		return &PartitionError{Topic: a.Topic, Partition: a.Partition, Err: errors.New("partition is already running")}
 	}
 	c.mu.parts[k] = p
+	c.shareBuffersLocked()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		delete(c.mu.parts, k)
+		c.shareBuffersLocked()
 		c.mu.Unlock()
 	}()
 	if err := p.run(ctx); err != nil {

@@ -29,6 +29,7 @@ type config struct {
 	lateness        time.Duration
 	idleTimeout     time.Duration
 	bufferSize      int
+	bufferBudget    int // WithBufferBudget; 0: none
 	batchSize       int
 	batchSizeSet    bool // WithBatchSize was given; else batchSize follows the buffer size
 	inFlight        int
@@ -95,6 +96,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("chain: buffer size must be >= 2 records, got %d", c.bufferSize)
 	case c.batchSize < 1 || c.batchSize > c.bufferSize:
 		return fmt.Errorf("chain: batch size must be in [1, buffer size %d], got %d", c.bufferSize, c.batchSize)
+	case c.bufferBudget < 0:
+		return fmt.Errorf("chain: buffer budget must be >= 0 records (0: none), got %d", c.bufferBudget)
 	case c.offsetDistance >= int64(c.bufferSize):
 		return fmt.Errorf("chain: offset distance %d must be smaller than the buffer size %d, or every follower would always poll Kafka itself", c.offsetDistance, c.bufferSize)
 	case c.inFlight < 1:
@@ -196,6 +199,22 @@ func WithIdleTimeout(d time.Duration) Option {
 // Default 8192.
 func WithBufferSize(n int) Option {
 	return optionFunc(func(c *config) { c.bufferSize = n })
+}
+
+// WithBufferBudget bounds the handoff buffers of all the partitions the
+// chain runs at once to about n records together: each partition's buffer
+// holds at most n ÷ (partitions running) records, never more than
+// WithBufferSize and never fewer than a floor of a few batches beyond the
+// fetcher's read-ahead and the offset distance (BufferShareFloor), so that
+// the buffer still hands records over. The shares are recomputed as
+// partitions start and stop; a buffer whose share shrank releases its
+// memory once its followers have read down to it (none of its records is
+// dropped unread). A follower that falls further behind than its share
+// polls Kafka itself, as with a small WithBufferSize. A slot costs about
+// 220 bytes plus the record's key, value and headers while it holds a
+// record. 0 (the default): no budget, every partition WithBufferSize.
+func WithBufferBudget(n int) Option {
+	return optionFunc(func(c *config) { c.bufferBudget = n })
 }
 
 // WithBatchSize sets how many records a stage takes from the buffer (or its

@@ -73,7 +73,9 @@ type partitionRun struct {
 	// idle release's end checks (idle.go).
 	closers sync.WaitGroup
 	// pace's state (owned by the first stage's goroutine) and counters.
-	pauseLag             int64
+	// bufCap is the capacity of the partition's buffer: WithBufferSize, or
+	// its share of WithBufferBudget (budget.go).
+	bufCap               atomic.Int64
 	gaveUp               bool
 	pauses, pauseGiveUps atomic.Int64
 	// fetchedEnd is the offset after the last record the fetcher took from
@@ -109,6 +111,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 	}
 	p.committed.Store(a.Committed)
 	p.kick = make(chan struct{}, 1)
+	p.bufCap.Store(int64(c.cfg.bufferSize))
 	record := !c.cfg.noIdleRecord
 	p.gaps = newGapLog(c.cfg.idleTimeout, len(c.names), record, p.committed.Load, func(off int64, gap time.Duration) {
 		if !record || commit.IdleReleaseCap(len(c.names)) == 0 {
@@ -374,14 +377,15 @@ func (p *partitionRun) locateStart(ctx context.Context) ([]Record, error) {
 // build creates the handoff buffer and the stages at their resume positions.
 func (p *partitionRun) build() {
 	cfg := &p.c.cfg
-	p.ring = buffer.New[Event](cfg.bufferSize, p.start, offsetOf)
+	p.ring = buffer.New[Event](int(p.bufCap.Load()), p.start, offsetOf)
 	p.ring.LimitReadAhead(readAhead(cfg))
-	p.pauseLag = pauseLag(cfg)
 	p.stages = make([]*stageRun, len(p.c.stages))
 	for i := range p.c.stages {
 		p.stages[i] = newStageRun(p, i, p.resume[i])
 	}
 	p.view.Store(&partView{ring: p.ring, stages: p.stages})
+	// A share set between New and the Store above reached no ring.
+	p.ring.SetCapacity(int(p.bufCap.Load()))
 	p.log.Info("partition started", "resume", commit.Checkpoints(p.resume))
 }
 
@@ -418,8 +422,8 @@ func (p *partitionRun) slowestBuffered() *stageRun {
 // read-ahead past the first stage, is within a quarter of the buffer of
 // evicting that follower's cursor. 0 (never pause) when the buffer is too
 // small to keep followers in it at all: polling is what it asked for.
-func pauseLag(cfg *config) int64 {
-	return max(0, int64(cfg.bufferSize-readAhead(cfg)-cfg.bufferSize/4))
+func pauseLag(cfg *config, capacity int) int64 {
+	return max(0, int64(capacity-readAhead(cfg)-capacity/4))
 }
 
 // maxPause bounds one pause of the first stage for a follower (pace).
@@ -444,7 +448,7 @@ const maxPause = 20 * time.Millisecond
 // (notified once per batch it reads), never in a loop.
 func (p *partitionRun) pace(ctx context.Context, cursor int64) {
 	p.discardRead()
-	lag := p.pauseLag
+	lag := pauseLag(&p.c.cfg, p.ring.Cap())
 	if lag <= 0 {
 		return
 	}

@@ -62,6 +62,21 @@ func (s *stageRun) closePoller() {
 	}
 }
 
+// firstBatchSlots is the capacity a stage's batch starts with. It doubles
+// each time a read fills it, up to WithBatchSize: a busy stage reaches the
+// full batch within a few reads, and the stages of an instance holding a
+// thousand quiet partitions do not each keep a full batch of event slots
+// (216 bytes each) for records that come a few at a time.
+const firstBatchSlots = 16
+
+// growBatch doubles the batch's capacity, up to the batch size. The batch
+// just read keeps the old array; the next read fills the new one.
+func (s *stageRun) growBatch() {
+	if n := cap(s.batch); n < s.p.c.cfg.batchSize {
+		s.batch = make([]Event, 0, min(2*n, s.p.c.cfg.batchSize))
+	}
+}
+
 // read returns the next batch at the stage's cursor: from the handoff buffer,
 // or — when the stage fell behind what the buffer holds — from its own
 // poller, until the buffer covers the cursor again. Records come in offset
@@ -87,6 +102,9 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 				s.viewed = err == nil
 			default:
 				b, err = ring.Read(ctx, s.cursor, s.batch[:0], s.idx == 0)
+			}
+			if len(b) == cap(s.batch) {
+				s.growBatch()
 			}
 			if errors.Is(err, buffer.ErrEvicted) {
 				if s.poller, err = s.p.src.Poll(ctx, s.cursor); err != nil {

@@ -142,7 +142,7 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	s := &stageRun{
 		p: p, idx: i, name: st.Name, st: st,
 		cursor: cp.Next, stream: cp.Watermark,
-		batch: make([]Event, 0, p.c.cfg.batchSize),
+		batch: make([]Event, 0, min(p.c.cfg.batchSize, firstBatchSlots)),
 	}
 	s.seq, _ = st.Processor.(Sequencer)
 	s.inPlace = i == 0 && len(p.c.stages) == 1

@@ -16,12 +16,14 @@ type Tracker struct {
 	// slots is a ring; the occupied slots are slots[head], slots[head+1], …
 	// (n of them, wrapping), with strictly increasing offsets. slots[head] is
 	// never done while n > 0: completed head slots are released at once.
-	slots []slot
-	head  int
-	n     int   // occupied slots: begun and not yet below the position
-	done  int   // occupied slots already completed (out of order)
-	last  int64 // last begun offset; start-1 before the first Begin
-	meta  int64 // meta of the last record of the completed prefix
+	// It grows by doubling (full) up to window, never beyond.
+	slots  []slot
+	window int
+	head   int
+	n      int   // occupied slots: begun and not yet below the position
+	done   int   // occupied slots already completed (out of order)
+	last   int64 // last begun offset; start-1 before the first Begin
+	meta   int64 // meta of the last record of the completed prefix
 	// released is set once a record joined the completed prefix; from then
 	// on meta no longer reports the initial meta.
 	released  bool
@@ -57,7 +59,30 @@ func NewTracker(start int64, window int) *Tracker {
 	if window <= 0 {
 		panic(fmt.Sprintf("commit: NewTracker: window %d must be > 0", window))
 	}
-	return &Tracker{slots: make([]slot, window), last: start - 1}
+	return &Tracker{slots: make([]slot, min(window, firstSlots)), window: window, last: start - 1}
+}
+
+// firstSlots is how many slots a tracker starts with; they double as the
+// records in flight need them, up to the window. An instance may run
+// thousands of stages (a thousand partitions of a few stages each), most
+// of them with few records in flight, and a full window is 1,024 slots of
+// 40 bytes each.
+const firstSlots = 32
+
+// full reports whether the window is full, growing the slots first when
+// they are full and the window is not.
+func (t *Tracker) full() bool {
+	if t.n < len(t.slots) {
+		return false
+	}
+	if len(t.slots) == t.window {
+		return true
+	}
+	slots := make([]slot, min(2*len(t.slots), t.window))
+	m := copy(slots, t.slots[t.head:])
+	copy(slots[m:], t.slots[:t.head])
+	t.slots, t.head = slots, 0
+	return false
 }
 
 // Begin registers the next dispatched record at offset, carrying meta.
@@ -81,7 +106,7 @@ func (t *Tracker) BeginKey(offset int64, meta int64, key uint64) error {
 	if offset <= t.last || offset == math.MaxInt64 {
 		return t.misuse("begin", offset, ErrOutOfOrder)
 	}
-	if t.n == len(t.slots) || t.beyondSpan(offset) {
+	if t.full() || t.beyondSpan(offset) {
 		return ErrWindowFull
 	}
 	t.slots[t.ring(t.n)] = slot{offset: offset, meta: meta, key: key, pinned: t.isPre(offset)}
@@ -255,7 +280,7 @@ func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advan
 	if offset <= t.last || offset == math.MaxInt64 {
 		return false, t.misuse("begin", offset, ErrOutOfOrder)
 	}
-	if t.n == len(t.slots) || t.beyondSpan(offset) {
+	if t.full() || t.beyondSpan(offset) {
 		return false, ErrWindowFull
 	}
 	t.last = offset
@@ -329,7 +354,7 @@ func (t *Tracker) CompletedAbove() int { return t.done }
 func (t *Tracker) Occupied() int { return t.n }
 
 // Window returns the window given to NewTracker.
-func (t *Tracker) Window() int { return len(t.slots) }
+func (t *Tracker) Window() int { return t.window }
 
 // ring maps the k-th occupied slot (0 = head) to its index in slots.
 func (t *Tracker) ring(k int) int {

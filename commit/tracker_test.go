@@ -272,3 +272,37 @@ func BenchmarkTrackerOutOfOrder(b *testing.B) {
 		}
 	}
 }
+
+// TestTrackerSlotsGrowToTheWindow: a tracker starts with few slots and
+// grows them as records stay in flight, keeping their order when the ring
+// has wrapped: the window still admits exactly window records, and the
+// position after completing them is what it would be with every slot there
+// from the start.
+func TestTrackerSlotsGrowToTheWindow(t *testing.T) {
+	tr := NewTracker(0, 1000)
+	require.Less(t, len(tr.slots), 1000, "starts small")
+	// Wrap the ring: begin and complete a few, so head moves.
+	for o := range int64(20) {
+		require.NoError(t, tr.Begin(o, o))
+		_, err := tr.Complete(o)
+		require.NoError(t, err)
+	}
+	for o := int64(20); o < 1020; o++ {
+		require.NoError(t, tr.Begin(o, o), "offset %d", o)
+	}
+	require.ErrorIs(t, tr.Begin(1020, 0), ErrWindowFull)
+	require.Equal(t, 1000, tr.Window())
+	require.Len(t, tr.slots, 1000, "never beyond the window")
+	// Complete out of order: everything but 20, then 20.
+	for o := int64(1019); o > 20; o-- {
+		_, err := tr.Complete(o)
+		require.NoError(t, err)
+	}
+	next, _ := tr.Position()
+	require.Equal(t, int64(20), next)
+	_, err := tr.Complete(20)
+	require.NoError(t, err)
+	next, meta := tr.Position()
+	require.Equal(t, int64(1020), next)
+	require.Equal(t, int64(1019), meta)
+}

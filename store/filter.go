@@ -47,8 +47,13 @@ const (
 	filterProbes     = 7
 )
 
-// minFilterCapacity is the capacity of the filter of an empty partition.
-var minFilterCapacity int64 = 1 << 16
+// minFilterCapacity is the capacity of the filter of an empty partition:
+// 4,096 keys, an 8 KiB filter. It is small because an instance may hold a
+// thousand partitions, most of them with little state; a partition whose
+// keys outgrow it gets a filter twice its persisted keys at the next
+// checkpoint (rebuildFilterIfFull), so the rebuilds' scans cost a constant
+// per key written.
+var minFilterCapacity int64 = 1 << 12
 
 func newKeyFilter(keys int64) *keyFilter {
 	capacity := max(2*keys, minFilterCapacity)

@@ -29,6 +29,7 @@ type demoOptions struct {
 	partitions     int
 	seed           uint64
 	keyConcurrency int
+	bufferBudget   int
 	gate           string
 	maxRecordBytes int
 	heavyKey       float64
@@ -65,6 +66,10 @@ click-spam bursts, and the alerts are verified too.`
 // model the same one.
 const demoIdleTimeout = 250 * time.Millisecond
 
+// maxDemoPartitions bounds --partitions: the embedded broker holds every
+// partition of the demo's topics in the process.
+const maxDemoPartitions = 1024
+
 func demoCmd(ctx context.Context, args []string, e *env) error {
 	o := demoOptions{records: 100_000, partitions: 8, seed: 1, keyConcurrency: 1, gate: string(chain.GateKey), maxRecordBytes: attribution.DefaultMaxRecordBytes,
 		logFormat: "text", logLevel: "error", guarantee: defaultGuarantee}
@@ -73,6 +78,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions of the input and output topics")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
+	fs.IntVar(&o.bufferBudget, "buffer-budget", 0, "handoff buffers of all partitions together, in `records` (0: none); see run --buffer-budget")
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: transactions, a changelog, and the outputs read back read_committed)")
@@ -93,8 +99,10 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	switch {
 	case o.records < 1:
 		return usagef("--records must be >= 1, got %d", o.records)
-	case o.partitions < 1 || o.partitions > 1000:
-		return usagef("--partitions must be in [1, 1000], got %d", o.partitions)
+	case o.partitions < 1 || o.partitions > maxDemoPartitions:
+		return usagef("--partitions must be in [1, %d], got %d", maxDemoPartitions, o.partitions)
+	case o.bufferBudget < 0:
+		return usagef("--buffer-budget must be >= 0 records (0: none), got %d", o.bufferBudget)
 	case o.keyConcurrency < 1 || o.keyConcurrency > maxKeyConcurrency:
 		return usagef("--key-concurrency must be in [1, %d], got %d", maxKeyConcurrency, o.keyConcurrency)
 	case o.maxRecordBytes < 1024:
@@ -251,6 +259,7 @@ func (o *demoOptions) process(ctx context.Context, e *env, log *slog.Logger, bro
 	// generated log should not wait a second.
 	settings := defaultEngineSettings()
 	settings.idleTimeout, settings.keyConcurrency, settings.gate = demoIdleTimeout, o.keyConcurrency, o.gate
+	settings.bufferBudget = o.bufferBudget
 	settings.output, settings.dlq, settings.alerts = demoOutput, demoDLQ, o.alertsTopic()
 	ch, err := newAttributionChain(rules, settings, db, prod, reg, log, h)
 	if err != nil {

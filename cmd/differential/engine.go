@@ -18,6 +18,9 @@ type engineSettings struct {
 	idleTimeout    time.Duration
 	buffer         int
 	keyConcurrency int
+	// bufferBudget is the handoff buffers' budget in records, all
+	// partitions together (0: none, --buffer each).
+	bufferBudget   int
 	gate           string // the followers' gate scope: "key" or "partition"
 	commitInterval time.Duration
 	shutdown       time.Duration
@@ -47,6 +50,7 @@ func newAttributionChain(rules attribution.Config, s engineSettings, st chain.St
 		chain.WithOffsetDistance(s.offsetDistance),
 		chain.WithIdleTimeout(s.idleTimeout),
 		chain.WithBufferSize(s.buffer),
+		chain.WithBufferBudget(s.bufferBudget),
 		chain.WithCommitInterval(s.commitInterval),
 		chain.WithShutdownTimeout(s.shutdown),
 		chain.WithStore(st),

@@ -16,7 +16,7 @@ import (
 // runOptions are the settings of `differential run`, from flags and the
 // configuration file.
 type runOptions struct {
-	engineSettings // --offset-distance, --idle-timeout, --buffer, --key-concurrency, --gate, --commit-interval, --shutdown-timeout, --output, --dlq
+	engineSettings // --offset-distance, --idle-timeout, --buffer, --buffer-budget, --key-concurrency, --gate, --commit-interval, --shutdown-timeout, --output, --dlq
 
 	config         string
 	printConfig    bool
@@ -142,6 +142,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Int64Var(&o.offsetDistance, "offset-distance", o.offsetDistance, "safety distance in offsets between a stage and its leader")
 	fs.Var(durationValue{&o.idleTimeout}, "idle-timeout", "the `duration` a caught-up leader must see no new record before its followers are released")
 	fs.IntVar(&o.buffer, "buffer", o.buffer, "per-partition handoff buffer, in records")
+	fs.IntVar(&o.bufferBudget, "buffer-budget", o.bufferBudget, "handoff buffers of all partitions together, in `records`: each partition gets an even share, at most --buffer and at least a few batches; 0: none (--buffer each)")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once (1: one at a time)")
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.Var(durationValue{&o.commitInterval}, "commit-interval", "the `duration` between checkpoints (state persisted, offsets committed)")
@@ -223,6 +224,8 @@ func (o *runOptions) validate() error {
 		return usagef("--max-record-bytes must be > 0, got %d", o.maxRecordBytes)
 	case o.buffer < 2:
 		return usagef("--buffer must be at least 2 records, got %d", o.buffer)
+	case o.bufferBudget < 0:
+		return usagef("--buffer-budget must be >= 0 records (0: none), got %d", o.bufferBudget)
 	case o.offsetDistance < 0 || o.offsetDistance >= int64(o.buffer):
 		return usagef("--offset-distance must be >= 0 and smaller than --buffer (%d), got %d", o.buffer, o.offsetDistance)
 	case o.keyConcurrency < 1 || o.keyConcurrency > maxKeyConcurrency:
