@@ -26,10 +26,10 @@ func (s *stageRun) completePre(o int64, kh uint64) { s.completeTracked(o, kh) }
 // completeTracked is complete without the completion observers.
 func (s *stageRun) completeTracked(o int64, kh uint64) {
 	s.mu.Lock()
-	adv, err := s.tracker.Complete(o)
+	adv, err := s.mu.tracker.Complete(o)
 	var next, wm int64
 	if adv {
-		next, wm = s.tracker.Position()
+		next, wm = s.mu.tracker.Position()
 		s.cp.store(next, wm)
 	}
 	wake := err == nil && s.keys != nil && s.keys.complete(kh, o)
@@ -48,8 +48,8 @@ func (s *stageRun) completeTracked(o int64, kh uint64) {
 // was dropped (under mu); it reports whether it was the last one the open
 // cycle waits for (pend reached zero).
 func (s *stageRun) settleLocked(o int64) bool {
-	s.live--
-	return o < s.cutAt && s.pend.Add(-1) == 0
+	s.mu.live--
+	return o < s.mu.cutAt && s.pend.Add(-1) == 0
 }
 
 // completed is the rest of a completion, after the tracker's: the failure,

@@ -733,7 +733,7 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 	cps := make([]commit.Checkpoint, len(p.stages))
 	for i, s := range p.stages {
 		s.mu.Lock()
-		next, wm := s.tracker.Position()
+		next, wm := s.mu.tracker.Position()
 		above := 0
 		if next >= cut[i].next {
 			next, wm = cut[i].next, cut[i].wm
@@ -747,9 +747,9 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 			// the transaction did): whatever completed above it may be
 			// below the cut, its outputs in the transaction — except the
 			// carried offsets, completed by an earlier run.
-			above = s.tracker.CompletedAbove()
+			above = s.mu.tracker.CompletedAbove()
 			for _, o := range carried {
-				if o > next && !s.tracker.PreCompleted(o) {
+				if o > next && !s.mu.tracker.PreCompleted(o) {
 					above--
 				}
 			}

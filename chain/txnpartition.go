@@ -271,10 +271,10 @@ func (p *partitionRun) takeCut() []cutPoint {
 	for i := len(p.stages) - 1; i >= 0; i-- {
 		s := p.stages[i]
 		s.mu.Lock()
-		f := s.begunNext
-		cuts[i] = cutPoint{next: f, wm: s.begunWM}
-		s.cutAt = f
-		s.pend.Store(s.live)
+		f := s.mu.begunNext
+		cuts[i] = cutPoint{next: f, wm: s.mu.begunWM}
+		s.mu.cutAt = f
+		s.pend.Store(s.mu.live)
 		d.mu.Lock()
 		d.cut[i] = f
 		d.mu.Unlock()
