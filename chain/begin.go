@@ -113,9 +113,8 @@ func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 	if err == nil && s.keys != nil {
 		s.keys.begin(kh, o, sBefore)
 	}
-	if err == nil && s.eos {
-		s.mu.live++
-		s.mu.begunNext, s.mu.begunWM = o+1, s.stream
+	if err == nil {
+		s.cut.begunLocked(o, s.stream)
 	}
 	s.room = s.mu.tracker.Window() - s.mu.tracker.Occupied()
 	s.limit = s.mu.tracker.BeginLimit()

@@ -178,7 +178,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		kh = s.p.keyHash(ev.Key)
 	}
 	pre := s.preDone(ev.Offset)
-	if accept && !pre && s.room > 0 && ev.Offset <= s.limit && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
+	if accept && !pre && s.direct && s.room > 0 && ev.Offset <= s.limit {
 		// Run on this goroutine, nothing else to register: counted as
 		// begun now (a drain waits for it), entered in the tracker by run
 		// — together with its completion when it completes at once (one

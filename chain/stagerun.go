@@ -41,9 +41,15 @@ type stageRun struct {
 	// key; the table is guarded by mu.
 	kg   *keyGate
 	keys *keyTable
-	// eos: exactly-once mode (txnpartition.go "cut"): the stage counts
-	// its live records and its begin frontier in mu for the cycles' cuts.
-	eos bool
+	// cut is how the stage's records meet the commit cycles of its mode
+	// (txncut.go): at-least-once, or exactly-once's cuts.
+	cut cycleCut
+	// direct: handle may run an accepted record on the stage goroutine
+	// before beginning it in the tracker (run's unbegun path), since
+	// nothing else registers it: no Sequencer, no key-parallel workers, no
+	// key table or key gate, at-least-once mode. Set by startWorkers, when
+	// disp and keys are known.
+	direct bool
 	// carry: checkpoints carry the offsets completed above the position
 	// (at-least-once mode with a span that fits the metadata).
 	carry bool
@@ -71,13 +77,9 @@ type stageRun struct {
 	readSig signal
 	// outstanding counts records begun and neither completed nor dropped;
 	// drained is notified when it may have reached zero (and, in
-	// exactly-once mode, when pend reached zero).
+	// exactly-once mode, when the cut's pend reached zero).
 	outstanding atomic.Int64
 	drained     signal
-	// pend counts, in exactly-once mode, the records below mu.cutAt still
-	// live: the cycle waits until it is zero (written under mu, read
-	// without it).
-	pend atomic.Int64
 	// readPos is the cursor as of the stage's last read of a batch: the
 	// stage will never read below it again. The first stage discards what
 	// every stage has passed (partitionRun.discardRead).
@@ -94,14 +96,7 @@ type stageRun struct {
 	mu struct {
 		sync.Mutex
 		tracker *commit.Tracker
-		// Exactly-once mode: live counts the records begun and neither
-		// completed nor dropped; begunNext is the begin frontier (every
-		// offset below it begun, none at or above it), begunWM the
-		// stream time including the record below it; cutAt is the open
-		// cycle's cut (the begin frontier when the cycle took it;
-		// math.MinInt64 before the first).
-		live, begunNext, begunWM int64
-		cutAt                    int64
+		// The cut's counters (txnCut) are guarded by mu too.
 		// keep: without carry (WithoutCarriedOffsets), the restored
 		// offsets above the position (pre) that checkpoints still carry,
 		// until the position passes them.
@@ -165,8 +160,11 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	}
 	s.rd.store(cp.Next, cp.Watermark)
 	s.readPos.Store(cp.Next)
-	s.eos = p.c.tc != nil
-	s.mu.begunNext, s.mu.begunWM, s.mu.cutAt = cp.Next, cp.Watermark, math.MinInt64
+	if p.c.tc != nil {
+		s.cut = newTxnCut(s, p.c.tc, cp.Next, cp.Watermark)
+	} else {
+		s.cut = atLeastOnce{s}
+	}
 	if p.ps != nil {
 		s.state = p.ps.Stage(i)
 	}
@@ -238,6 +236,8 @@ func (s *stageRun) startWorkers(workCtx context.Context) {
 	if s.st.KeyConcurrency > 1 {
 		s.disp = newDispatcher(s, workCtx)
 	}
+	_, alo := s.cut.(atLeastOnce)
+	s.direct = alo && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil
 }
 
 func (s *stageRun) stopWorkers() {
