@@ -71,21 +71,21 @@ func (s *stageRun) checkpoint() commit.Checkpoint {
 		s.mu.Lock()
 		next, wm := s.cp.load()
 		var above []int64
-		if len(s.keep) > 0 {
+		if len(s.mu.keep) > 0 {
 			// The restored offsets still above the position: completed
 			// by an earlier run, not processed again by this one, so
 			// they must stay in the metadata (a subset of the restored
 			// set, which was closed under reads-from, plus what is now
 			// below the position: closed too).
-			pos, _ := s.tracker.Position()
+			pos, _ := s.mu.tracker.Position()
 			lo := max(next, pos)
 			i := 0
-			for i < len(s.keep) && s.keep[i] < lo {
+			for i < len(s.mu.keep) && s.mu.keep[i] < lo {
 				i++
 			}
-			s.keep = s.keep[i:]
-			if len(s.keep) > 0 {
-				above = slices.Clone(s.keep)
+			s.mu.keep = s.mu.keep[i:]
+			if len(s.mu.keep) > 0 {
+				above = slices.Clone(s.mu.keep)
 			}
 		}
 		s.mu.Unlock()
@@ -93,7 +93,7 @@ func (s *stageRun) checkpoint() commit.Checkpoint {
 	}
 	s.mu.Lock()
 	next, wm := s.cp.load() // stored under mu: consistent with the tracker
-	above := s.tracker.AppendCompletedAbove(nil)
+	above := s.mu.tracker.AppendCompletedAbove(nil)
 	s.mu.Unlock()
 	// The published position may lag the tracker's (a begin over a gap
 	// moves the tracker without publishing): every offset carried is
@@ -109,16 +109,15 @@ func (s *stageRun) checkpoint() commit.Checkpoint {
 // record is in the table before the frontier passes it.
 func (s *stageRun) tryBegin(o int64, kh uint64, sBefore int64) error {
 	s.mu.Lock()
-	err := s.tracker.BeginKey(o, s.stream, kh)
+	err := s.mu.tracker.BeginKey(o, s.stream, kh)
 	if err == nil && s.keys != nil {
 		s.keys.begin(kh, o, sBefore)
 	}
-	if err == nil && s.eos {
-		s.live++
-		s.begunNext, s.begunWM = o+1, s.stream
+	if err == nil {
+		s.cut.begunLocked(o, s.stream)
 	}
-	s.room = s.tracker.Window() - s.tracker.Occupied()
-	s.limit = s.tracker.BeginLimit()
+	s.room = s.mu.tracker.Window() - s.mu.tracker.Occupied()
+	s.limit = s.mu.tracker.BeginLimit()
 	s.mu.Unlock()
 	switch {
 	case err == nil:
@@ -143,14 +142,14 @@ func (s *stageRun) beginCompleted(o int64) {
 		co.Completed(s.p.topic, s.p.partition, s.idx, o)
 	}
 	s.mu.Lock()
-	adv, err := s.tracker.BeginCompleted(o, s.stream)
+	adv, err := s.mu.tracker.BeginCompleted(o, s.stream)
 	var next, wm int64
 	if adv {
-		next, wm = s.tracker.Position()
+		next, wm = s.mu.tracker.Position()
 		s.cp.store(next, wm)
 	}
-	s.room = s.tracker.Window() - s.tracker.Occupied()
-	s.limit = s.tracker.BeginLimit()
+	s.room = s.mu.tracker.Window() - s.mu.tracker.Occupied()
+	s.limit = s.mu.tracker.BeginLimit()
 	s.mu.Unlock()
 	s.completed(adv, next, wm, err)
 }
@@ -160,9 +159,9 @@ func (s *stageRun) beginCompleted(o int64) {
 // outstanding.
 func (s *stageRun) beginLate(o int64) error {
 	s.mu.Lock()
-	err := s.tracker.Begin(o, s.stream)
-	s.room = s.tracker.Window() - s.tracker.Occupied()
-	s.limit = s.tracker.BeginLimit()
+	err := s.mu.tracker.Begin(o, s.stream)
+	s.room = s.mu.tracker.Window() - s.mu.tracker.Occupied()
+	s.limit = s.mu.tracker.BeginLimit()
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("stage %q: %w", s.name, err)

@@ -26,14 +26,14 @@ func (s *stageRun) completePre(o int64, kh uint64) { s.completeTracked(o, kh) }
 // completeTracked is complete without the completion observers.
 func (s *stageRun) completeTracked(o int64, kh uint64) {
 	s.mu.Lock()
-	adv, err := s.tracker.Complete(o)
+	adv, err := s.mu.tracker.Complete(o)
 	var next, wm int64
 	if adv {
-		next, wm = s.tracker.Position()
+		next, wm = s.mu.tracker.Position()
 		s.cp.store(next, wm)
 	}
 	wake := err == nil && s.keys != nil && s.keys.complete(kh, o)
-	cut := s.eos && s.settleLocked(o)
+	cut := s.cut.settledLocked(o)
 	s.mu.Unlock()
 	if wake {
 		s.keys.follower.wake.notify()
@@ -42,14 +42,6 @@ func (s *stageRun) completeTracked(o int64, kh uint64) {
 		s.drained.notify()
 	}
 	s.completed(adv, next, wm, err)
-}
-
-// settleLocked counts a record of an exactly-once stage that completed or
-// was dropped (under mu); it reports whether it was the last one the open
-// cycle waits for (pend reached zero).
-func (s *stageRun) settleLocked(o int64) bool {
-	s.live--
-	return o < s.cutAt && s.pend.Add(-1) == 0
 }
 
 // completed is the rest of a completion, after the tracker's: the failure,
@@ -72,13 +64,8 @@ func (s *stageRun) completed(adv bool, next, wm int64, err error) {
 // drop abandons the begun record o without completing it: the position
 // stays below it, so it is not committed and will be processed again.
 func (s *stageRun) drop(o int64) {
-	if s.eos {
-		s.mu.Lock()
-		cut := s.settleLocked(o)
-		s.mu.Unlock()
-		if cut {
-			s.drained.notify()
-		}
+	if s.cut.dropped(o) {
+		s.drained.notify()
 	}
 	if s.outstanding.Add(-1) == 0 {
 		s.drained.notify()

@@ -114,8 +114,8 @@
 //     writes are persisted only after the transaction committed. A failed or fenced
 //     transaction is aborted and every partition restarts at its last
 //     committed positions with its store overlay dropped (txn.go,
-//     txnpartition.go). A Commit that failed may have committed (EndTxn's
-//     response lost): a Transactor that implements CommitResolver is asked
+//     txnpartition.go, txncut.go). A Commit that failed may have
+//     committed (EndTxn's response lost): a Transactor that implements CommitResolver is asked
 //     first — committed, the cycle stands; not committed, it is aborted;
 //     unknown, the partitions whose offsets it held fail without a rewind
 //     (ErrTxnOutcomeUnknown) and restart from what the brokers hold. A
@@ -187,7 +187,9 @@
 // keystop.go (the drain at a stop and the transaction's doomed records),
 // keytable.go (the leader's pending records per key). Exactly-once mode:
 // txn.go (the coordinator and its cycles), txnpartition.go (a partition's
-// epochs, cuts and deferred sends). The API: options.go, record.go,
+// epochs and deferred sends), txncut.go (cycleCut: what a stage's begins,
+// completions and sends tell its mode's cycles — nothing at least once,
+// the cut exactly once). The API: options.go, record.go,
 // stage.go, gate.go, context.go, io.go, observer.go, tracing.go,
 // changelog.go, errors.go, stats.go, retry.go, deadletter.go.
 //

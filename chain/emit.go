@@ -113,14 +113,7 @@ func (s *stageRun) emit(msgs []Message, o int64, kh uint64, sp RecordSpan) error
 		injectAll(sp, msgs)
 	}
 	done := spanDone(sp, OutcomeCompleted, nil, s.acked(o, kh, "produce"))
-	if !s.eos {
-		cfg.producer.Produce(s.work, msgs, done)
-		return nil
-	}
-	s.sendTxn(o, sp, func(msgs []Message) {
-		s.p.c.tc.noteOutputs(len(msgs))
-		cfg.producer.Produce(s.work, msgs, done)
-	}, msgs)
+	s.cut.produce(o, sp, msgs, done)
 	return nil
 }
 
@@ -135,15 +128,7 @@ func (s *stageRun) acked(o int64, kh uint64, what string) func(error) {
 			return
 		}
 		err = s.recordError(o, fmt.Errorf("%s: %w", what, err))
-		if tc := s.p.c.tc; tc != nil && errors.Is(err, ErrTransaction) {
-			// Not the record's fault: the transaction cannot commit. The
-			// next cycle aborts it and restarts the partitions. Key-gated
-			// followers' records waiting for it are dropped — before this
-			// drop, so before a drain can see the stage empty and a
-			// rewind build the next epoch.
-			s.doomFollowers()
-			s.drop(o)
-			tc.fail(err)
+		if s.cut.sendFailed(o, err) {
 			return
 		}
 		s.drop(o)
@@ -166,12 +151,5 @@ func (s *stageRun) deadLetter(ev *Event, kh uint64, reason error) {
 	}
 	m := DeadLetter(cfg.dlqTopic, s.name, tracedRecord(ev), reason, cfg.maxDeadLetter)
 	done := spanDone(ev.span, OutcomeDeadLettered, reason, s.acked(ev.Offset, kh, "produce dead letter"))
-	if !s.eos {
-		ProduceDeadLetter(s.work, cfg.producer, m, done)
-		return
-	}
-	s.sendTxn(ev.Offset, ev.span, func([]Message) {
-		s.p.c.tc.noteOutputs(1)
-		ProduceDeadLetter(s.work, cfg.producer, m, done)
-	}, nil)
+	s.cut.deadLetter(ev.Offset, ev.span, m, done)
 }

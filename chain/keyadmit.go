@@ -74,17 +74,9 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	case !accept:
 		act = actSkip // other types; invalid records (dead-lettered by the first stage)
 	case s.seq != nil:
-		s.pc.reset(ev.Offset, unixTime(streamBefore))
-		skip, err := s.seq.Sequence(s.pc, ev)
-		switch {
-		case err != nil && IsFatal(err):
-			s.drop(ev.Offset)
-			ev.endSpan(OutcomeDropped, err)
-			return s.recordError(ev.Offset, err)
-		case err != nil:
-			act, reason = actDeadLetter, err
-		case skip:
-			act = actSkip
+		var err error
+		if act, reason, err = s.sequence(ev, streamBefore); err != nil {
+			return err
 		}
 	}
 	return g.offer(ev, streamBefore, kh, act, reason, accept, w)

@@ -93,6 +93,9 @@ type gated struct {
 	next   *gated
 }
 
+// gatedAct is what becomes of a begun record once it runs: the key gate
+// keeps it with a gated record, and handle acts on the Sequencer's answer
+// (stageRun.sequence) at once.
 type gatedAct uint8
 
 const (

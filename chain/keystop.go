@@ -69,7 +69,7 @@ func (g *keyGate) abandonAll() {
 		for r := q.head; r != nil; {
 			next := r.next
 			s.mu.Lock()
-			err := s.tracker.Abandon(r.ev.Offset)
+			err := s.mu.tracker.Abandon(r.ev.Offset)
 			s.mu.Unlock()
 			if err != nil {
 				s.p.fail(fmt.Errorf("stage %q: %w", s.name, err))

@@ -30,7 +30,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 	if processing {
 		need = addSaturating(ev.Time.UnixNano(), int64(cfg.lateness))
 	}
-	if r := s.seen; r.leaderNext > o+cfg.offsetDistance && (!processing || r.leaderWM > need) {
+	if r := s.seen; passes(r.leaderNext, r.leaderWM, o, cfg.offsetDistance, processing, need) {
 		return r, nil
 	}
 	var r release
@@ -38,7 +38,7 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 	err := s.leaderWait(ctx, &l.progress, nil, func() bool {
 		var lwm int64
 		ln, lwm = l.cp.load()
-		if ln > o+cfg.offsetDistance && (!processing || lwm > need) {
+		if passes(ln, lwm, o, cfg.offsetDistance, processing, need) {
 			s.seen = release{leaderNext: ln, leaderWM: lwm}
 			r = s.seen
 			return true
@@ -63,6 +63,15 @@ func (s *stageRun) gate(ctx context.Context, ev *Event, processing bool) (releas
 		return release{}, err
 	}
 	return r, nil
+}
+
+// passes is the partition gate's rule: a leader at checkpoint (next, wm)
+// lets its follower begin offset o when next > o + distance and, for a
+// record the follower processes, wm > need (the record's event time +
+// Lateness, saturating). So a follower never passes its leader's
+// checkpoint minus the distance, in offsets and in event time.
+func passes(next, wm, o, distance int64, processing bool, need int64) bool {
+	return next > o+distance && (!processing || wm > need)
 }
 
 // leaderWait is the follower's wait for its leader, the same in both gates

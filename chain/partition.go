@@ -90,7 +90,7 @@ type partitionRun struct {
 	// decision waits for a commit that carries it; idle.go).
 	kick chan struct{}
 
-	eos eosRun // exactly-once mode (txnpartition.go)
+	txn txnRun // exactly-once mode (txnpartition.go)
 }
 
 // partView is what Stats reads of a running partition.
@@ -343,7 +343,7 @@ func (p *partitionRun) run(ctx context.Context) error {
 		defer po.PartitionStopped(p.topic, p.partition)
 	}
 	if p.c.tc != nil {
-		return p.runExactlyOnce(runCtx, workCtx, cancelWork, first)
+		return p.runTxn(runCtx, workCtx, cancelWork, first)
 	}
 	g := p.launch(runCtx, workCtx, first)
 	<-runCtx.Done()
@@ -630,7 +630,7 @@ func (p *partitionRun) fetch(ctx context.Context, first []Record) {
 	defer p.ring.Close(io.EOF)
 	recs := first
 	p.noteFetched(recs)
-	if p.eos.refetch > p.start && !p.refill(ctx) {
+	if p.txn.refetch > p.start && !p.refill(ctx) {
 		return
 	}
 	for {

@@ -196,7 +196,7 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		kh = s.p.keyHash(ev.Key)
 	}
 	pre := s.preDone(ev.Offset)
-	if accept && !pre && s.room > 0 && ev.Offset <= s.limit && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil && s.p.c.tc == nil {
+	if accept && !pre && s.direct && s.room > 0 && ev.Offset <= s.limit {
 		// Run on this goroutine, nothing else to register: counted as
 		// begun now (a drain waits for it), entered in the tracker by run
 		// — together with its completion when it completes at once (one
@@ -230,17 +230,14 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	if s.seq != nil {
-		s.pc.reset(ev.Offset, unixTime(streamBefore))
-		skip, err := s.seq.Sequence(s.pc, ev)
+		act, reason, err := s.sequence(ev, streamBefore)
 		switch {
-		case err != nil && IsFatal(err):
-			s.drop(ev.Offset)
-			ev.endSpan(OutcomeDropped, err)
-			return s.recordError(ev.Offset, err)
 		case err != nil:
-			s.deadLetter(ev, kh, err)
+			return err
+		case act == actDeadLetter:
+			s.deadLetter(ev, kh, reason)
 			return nil
-		case skip:
+		case act == actSkip:
 			s.skipped.Add(1)
 			ev.endSpan(OutcomeSkipped, nil)
 			s.complete(ev.Offset, kh)
@@ -259,4 +256,26 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		return s.disp.dispatch(dctx, ev, streamBefore, kh)
 	}
 	return s.process(s.pc, ev, streamBefore, kh)
+}
+
+// sequence runs the stage's Sequencer on the begun record ev (stream: the
+// stream time below it) and says what becomes of it: processed, skipped, or
+// dead-lettered for reason. Both loops act on the answer in their own way
+// (handle at once, the key gate when the record is released). A fatal
+// error drops the record and comes back as its RecordError, for the loop to
+// stop on.
+func (s *stageRun) sequence(ev *Event, stream int64) (act gatedAct, reason, err error) {
+	s.pc.reset(ev.Offset, unixTime(stream))
+	skip, err := s.seq.Sequence(s.pc, ev)
+	switch {
+	case err != nil && IsFatal(err):
+		s.drop(ev.Offset)
+		ev.endSpan(OutcomeDropped, err)
+		return actProcess, nil, s.recordError(ev.Offset, err)
+	case err != nil:
+		return actDeadLetter, err, nil
+	case skip:
+		return actSkip, nil, nil
+	}
+	return actProcess, nil, nil
 }

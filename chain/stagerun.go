@@ -16,10 +16,17 @@ const (
 	modePolling
 )
 
-// stageRun is one stage of one partition. Its goroutine (loop) owns the
-// cursor, the stream time and the mode; completions may arrive from any
-// goroutine (workers, producer acknowledgements) and go through mu.
+// stageRun is one stage of one partition. Its fields come in four groups:
+// set while the partition builds its stages and read-only once their
+// goroutines run; published for other goroutines, read lock-free
+// (atomics, the sequence-locked checkpoints, signals); guarded by mu —
+// completions arrive from any goroutine (workers, producer
+// acknowledgements), the commit loop and the transaction's cycles read
+// the tracker; and owned by the stage's goroutine (loop), which alone
+// reads and writes them.
 type stageRun struct {
+	// Set at construction (newStageRun; disp and work by startWorkers,
+	// before the loop starts), read-only after.
 	p      *partitionRun
 	idx    int
 	name   string
@@ -27,57 +34,52 @@ type stageRun struct {
 	seq    Sequencer
 	leader *stageRun
 	state  StageState
+	retry  RetryPolicy
+	// The key-scoped gate. kg is set when this stage itself has GateKey.
+	// keys is set when this stage's follower has GateKey (by the
+	// follower's construction): its records begun and not completed, per
+	// key; the table is guarded by mu.
+	kg   *keyGate
+	keys *keyTable
+	// cut is how the stage's records meet the commit cycles of its mode
+	// (txncut.go): at-least-once, or exactly-once's cuts.
+	cut cycleCut
+	// direct: handle may run an accepted record on the stage goroutine
+	// before beginning it in the tracker (run's unbegun path), since
+	// nothing else registers it: no Sequencer, no key-parallel workers, no
+	// key table or key gate, at-least-once mode. Set by startWorkers, when
+	// disp and keys are known.
+	direct bool
+	// carry: checkpoints carry the offsets completed above the position
+	// (at-least-once mode with a span that fits the metadata).
+	carry bool
+	// inPlace: the stage reads the handoff buffer's slots in place
+	// (Ring.View) instead of copying them into batch — the first stage of
+	// a one-stage chain, which no other stage reads behind.
+	inPlace bool
+	// loopDone is closed when the stage's loop returned (it begins no
+	// more records).
+	loopDone chan struct{}
+	disp     *dispatcher
+	// work is the processors' and producer's context: it outlives a stop
+	// until the shutdown timeout abandons the records still in flight.
+	work context.Context
 
 	// cp is the published checkpoint, read lock-free by the follower's
 	// gate, the commit loop and Stats; stored under mu (see complete).
 	cp published
 	// progress is notified whenever the position advances.
 	progress signal
-	retry    RetryPolicy
-
-	// The key-scoped gate. keys is set when this stage's follower has
-	// GateKey: its records begun and not completed, per key (guarded by
-	// mu); rd is then its read frontier (every offset below rd.next is
-	// begun, rd.wm = S(rd.next)), published after every begin, and readSig
-	// is notified with it. kg is set when this stage itself has GateKey.
-	keys    *keyTable
+	// rd is, when keys is set, the read frontier (every offset below
+	// rd.next is begun, rd.wm = S(rd.next)), published by the stage
+	// goroutine after every begin; readSig is notified with it.
 	rd      published
 	readSig signal
-	kg      *keyGate
-
-	mu      sync.Mutex
-	tracker *commit.Tracker
-	// room is the tracker's free slots as of the stage goroutine's last
-	// begin (written under mu by that goroutine, read by it alone): a lower
-	// bound, since only that goroutine takes slots. While it is > 0 a
-	// record cannot be refused by a full window, so handle may run it
-	// before beginning it in the tracker (see run).
-	room int
-	// limit is the tracker's BeginLimit as of the same moment (the span
-	// of offsets a checkpoint can carry, commit.MaxAboveSpan): a lower
-	// bound too, since completions only raise it. With room it says a
-	// record at or below it cannot be refused.
-	limit int64
-
 	// outstanding counts records begun and neither completed nor dropped;
 	// drained is notified when it may have reached zero (and, in
-	// exactly-once mode, when pend reached zero).
+	// exactly-once mode, when the cut's pend reached zero).
 	outstanding atomic.Int64
 	drained     signal
-
-	// Exactly-once mode (eos; txnpartition.go "cut"). Guarded by mu: live
-	// counts the records begun and neither completed nor dropped; begunNext
-	// is the begin frontier (every offset below it begun, none at or above
-	// it), begunWM the stream time including the record below it; cutAt is
-	// the open cycle's cut (the begin frontier when the cycle took it;
-	// math.MinInt64 before the first). pend counts the records below cutAt
-	// still live: the cycle waits until it is zero (written under mu,
-	// read without it).
-	eos                      bool
-	live, begunNext, begunWM int64
-	cutAt                    int64
-	pend                     atomic.Int64
-
 	// readPos is the cursor as of the stage's last read of a batch: the
 	// stage will never read below it again. The first stage discards what
 	// every stage has passed (partitionRun.discardRead).
@@ -86,23 +88,20 @@ type stageRun struct {
 	// waits on it).
 	readMoved signal
 
-	// pre: the offsets the stage completed above its restored position in
-	// an earlier run (commit.Checkpoint.Above), not read yet; owned by the
-	// stage goroutine. Such a record goes through the gate and is begun
-	// and completed without being sequenced or processed: its state
-	// effects were persisted with the set (see preDone).
-	pre []int64
-	// carry: checkpoints carry the offsets completed above the position
-	// (at-least-once mode with a span that fits the metadata).
-	carry bool
-	// keep: without carry (WithoutCarriedOffsets), the restored offsets
-	// above the position (pre) that checkpoints still carry, until the
-	// position passes them; guarded by mu.
-	keep []int64
+	mode                                              atomic.Int32
+	switches, processed, skipped, dlq, retries, idles atomic.Int64
+	lastNext                                          atomic.Int64 // position at the last progress note
+	lastProgress                                      atomic.Int64 // unix nanos of the last observed advance
 
-	// loopDone is closed when the stage's loop returned (it begins no
-	// more records).
-	loopDone chan struct{}
+	mu struct {
+		sync.Mutex
+		tracker *commit.Tracker
+		// The cut's counters (txnCut) are guarded by mu too.
+		// keep: without carry (WithoutCarriedOffsets), the restored
+		// offsets above the position (pre) that checkpoints still carry,
+		// until the position passes them.
+		keep []int64
+	}
 
 	// Owned by the stage goroutine.
 	cursor int64
@@ -113,12 +112,10 @@ type stageRun struct {
 	// more records than batch holds, so it has its own slice, kept at the
 	// size it grew to instead of regrowing at every fetch.
 	pollBatch []Event
-	// inPlace: the stage reads the handoff buffer's slots in place
-	// (Ring.View) instead of copying them into batch — the first stage of
-	// a one-stage chain, which no other stage reads behind. viewed: the
-	// batch in hand is such a view (not to be cleared: the slots are the
-	// ring's, which discards them).
-	inPlace, viewed bool
+	// viewed: the batch in hand is a view of the handoff buffer's slots
+	// (inPlace; not to be cleared: the slots are the ring's, which
+	// discards them).
+	viewed bool
 	// seen is the leader's checkpoint as the gate last loaded it. A
 	// leader's position and watermark only grow, so a record that seen
 	// already lets through needs no fresh load (the load read
@@ -126,15 +123,23 @@ type stageRun struct {
 	seen   release
 	poller Poller
 	pc     *Context
-	disp   *dispatcher
-	// work is the processors' and producer's context: it outlives a stop
-	// until the shutdown timeout abandons the records still in flight.
-	work context.Context
-
-	mode                                              atomic.Int32
-	switches, processed, skipped, dlq, retries, idles atomic.Int64
-	lastNext                                          atomic.Int64 // position at the last progress note
-	lastProgress                                      atomic.Int64 // unix nanos of the last observed advance
+	// pre: the offsets the stage completed above its restored position in
+	// an earlier run (commit.Checkpoint.Above), not read yet. Such a
+	// record goes through the gate and is begun and completed without
+	// being sequenced or processed: its state effects were persisted with
+	// the set (see preDone).
+	pre []int64
+	// room is the tracker's free slots as of the goroutine's last begin
+	// (computed under mu, where the tracker is, but read by this
+	// goroutine alone): a lower bound, since only this goroutine takes
+	// slots. While it is > 0 a record cannot be refused by a full window,
+	// so handle may run it before beginning it in the tracker (see run).
+	room int
+	// limit is the tracker's BeginLimit as of the same moment (the span
+	// of offsets a checkpoint can carry, commit.MaxAboveSpan): a lower
+	// bound too, since completions only raise it. With room it says a
+	// record at or below it cannot be refused.
+	limit int64
 }
 
 func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
@@ -155,24 +160,27 @@ func newStageRun(p *partitionRun, i int, cp commit.Checkpoint) *stageRun {
 	}
 	s.rd.store(cp.Next, cp.Watermark)
 	s.readPos.Store(cp.Next)
-	s.eos = p.c.tc != nil
-	s.begunNext, s.begunWM, s.cutAt = cp.Next, cp.Watermark, math.MinInt64
+	if p.c.tc != nil {
+		s.cut = newTxnCut(s, p.c.tc, cp.Next, cp.Watermark)
+	} else {
+		s.cut = atLeastOnce{s}
+	}
 	if p.ps != nil {
 		s.state = p.ps.Stage(i)
 	}
-	s.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
+	s.mu.tracker = commit.NewTracker(cp.Next, p.c.cfg.inFlight)
 	s.room = p.c.cfg.inFlight
 	s.limit = math.MaxInt64
-	s.tracker.SetInitialMeta(cp.Watermark)
+	s.mu.tracker.SetInitialMeta(cp.Watermark)
 	if span := commit.MaxAboveSpan(len(p.c.stages)); p.c.tc == nil && !p.c.cfg.noCarry && span > 0 {
 		s.carry = true
-		s.tracker.SetSpan(span)
+		s.mu.tracker.SetSpan(span)
 	}
 	if len(cp.Above) > 0 {
-		s.tracker.SetCompletedAbove(cp.Above)
+		s.mu.tracker.SetCompletedAbove(cp.Above)
 		s.pre = slices.Clone(cp.Above)
 		if p.c.cfg.noCarry {
-			s.keep = slices.Clone(cp.Above)
+			s.mu.keep = slices.Clone(cp.Above)
 		}
 	}
 	s.loopDone = make(chan struct{})
@@ -228,6 +236,8 @@ func (s *stageRun) startWorkers(workCtx context.Context) {
 	if s.st.KeyConcurrency > 1 {
 		s.disp = newDispatcher(s, workCtx)
 	}
+	_, alo := s.cut.(atLeastOnce)
+	s.direct = alo && s.seq == nil && s.disp == nil && s.keys == nil && s.kg == nil
 }
 
 func (s *stageRun) stopWorkers() {

@@ -128,7 +128,7 @@ func (s *stageRun) stats(hwm int64) StageStats {
 		}
 	}
 	s.mu.Lock()
-	st.InFlight = s.tracker.InFlight()
+	st.InFlight = s.mu.tracker.InFlight()
 	s.mu.Unlock()
 	if s.kg != nil {
 		st.KeyGated = int(s.kg.size.Load())

@@ -258,11 +258,11 @@ func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.mu.cycling {
-		p.eos.sends.deferAll(len(p.c.stages))
+		p.txn.sends.deferAll(len(p.c.stages))
 	}
 	start()
-	p.eos.part = &txnPart{result: make(chan error, 1)}
-	tc.mu.parts[p] = p.eos.part
+	p.txn.part = &txnPart{result: make(chan error, 1)}
+	tc.mu.parts[p] = p.txn.part
 	if !tc.mu.running {
 		tc.mu.running = true
 		go tc.loop()
@@ -284,7 +284,7 @@ func (tc *txnCoordinator) final(p *partitionRun) error {
 	}
 	tc.mu.Unlock()
 	tc.request()
-	return <-p.eos.part.result
+	return <-p.txn.part.result
 }
 
 // request wants a cycle now.
@@ -505,11 +505,11 @@ func (tc *txnCoordinator) cycle() bool {
 	// A leaving partition's sends are dropped, now and for ever: nothing it
 	// might still send enters a later transaction.
 	for _, cp := range leaving {
-		cp.p.eos.sends.drop()
+		cp.p.txn.sends.drop()
 	}
 	tc.outputs.Store(0)
 	for _, p := range flush {
-		p.eos.sends.flush()
+		p.txn.sends.flush()
 	}
 
 	// After CommitTxn, with the deferred sends flushed: the prepared
@@ -528,7 +528,7 @@ func (tc *txnCoordinator) cycle() bool {
 	// written: the process may close the store once every partition
 	// returned.
 	for _, cp := range leaving {
-		cp.p.eos.part.result <- cp.err
+		cp.p.txn.part.result <- cp.err
 	}
 	if err != nil && aborts > 1 && more {
 		// A failure that repeats: do not spin.
@@ -590,7 +590,7 @@ func (f txnFanout) TxnEnded(info TxnInfo) {
 var errChangelogAppend = errors.New("append state changes to the changelog")
 
 // drain waits until every record below the cycle's cuts has completed or
-// been dropped (stageRun.pend); the stages meanwhile go on beginning and
+// been dropped (txnCut.pend); the stages meanwhile go on beginning and
 // processing records above their cuts. A partition whose stop abandoned
 // records (shutdown timeout) cannot drain: their outputs may be in the
 // transaction without their positions, so the cycle must abort.
@@ -605,7 +605,7 @@ func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 		for i, s := range p.stages {
 			for {
 				ch := s.drained.wait()
-				if s.pend.Load() == 0 {
+				if s.txnCut().pend.Load() == 0 {
 					break
 				}
 				select {
@@ -642,7 +642,7 @@ func (tc *txnCoordinator) abort(ctx context.Context, parts []*cyclePart, cause e
 		// dropped with the epoch, and so is whatever its records in
 		// flight send from now on (restartEpoch makes the new epoch's
 		// sends direct): the rewind's stop would otherwise wait for them.
-		cp.p.eos.sends.drop()
+		cp.p.txn.sends.drop()
 	}
 	if err := tc.tx.Abort(ctx); err != nil {
 		tc.log.Warn("aborting the transaction failed; the transaction coordinator aborts it at its timeout", "err", err)
@@ -733,23 +733,23 @@ func (p *partitionRun) prepareTxn(ctx context.Context, tx Transactor, cut []cutP
 	cps := make([]commit.Checkpoint, len(p.stages))
 	for i, s := range p.stages {
 		s.mu.Lock()
-		next, wm := s.tracker.Position()
+		next, wm := s.mu.tracker.Position()
 		above := 0
 		if next >= cut[i].next {
 			next, wm = cut[i].next, cut[i].wm
 		}
 		var carried []int64
-		if i < len(p.eos.committed) {
-			carried = carriedAbove(p.eos.committed[i].Above, next)
+		if i < len(p.txn.committed) {
+			carried = carriedAbove(p.txn.committed[i].Above, next)
 		}
 		if next < cut[i].next {
 			// A record below the cut was dropped (its record failed, or
 			// the transaction did): whatever completed above it may be
 			// below the cut, its outputs in the transaction — except the
 			// carried offsets, completed by an earlier run.
-			above = s.tracker.CompletedAbove()
+			above = s.mu.tracker.CompletedAbove()
 			for _, o := range carried {
-				if o > next && !s.tracker.PreCompleted(o) {
+				if o > next && !s.mu.tracker.PreCompleted(o) {
 					above--
 				}
 			}
@@ -830,7 +830,7 @@ func (pr *txnPrepared) persist() {
 		pr.pc = nil
 	}
 	p.clOffset = pr.clOffset
-	p.eos.committed = pr.cps
+	p.txn.committed = pr.cps
 	if !pr.changed {
 		return
 	}

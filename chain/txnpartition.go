@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/differential-dev/differential/buffer"
 	"github.com/differential-dev/differential/commit"
 )
 
-// eosRun is a partition's exactly-once state (WithExactlyOnce; txn.go has
+// txnRun is a partition's exactly-once state (WithExactlyOnce; txn.go has
 // the coordinator).
 //
 // An epoch is one incarnation of the partition's stages, fetcher and
@@ -22,7 +21,7 @@ import (
 // overlay. mu orders a rewind (the coordinator's goroutine) against the
 // stop (the partition's): the stop takes the current epoch under mu and
 // marks the partition stopping, after which no rewind rebuilds it.
-type eosRun struct {
+type txnRun struct {
 	// sends defers the outputs and dead letters of records begun after an
 	// open cycle's cut until the cycle's transaction has ended.
 	sends sendGate
@@ -48,14 +47,14 @@ type eosRun struct {
 	cancelEpoch context.CancelFunc
 }
 
-// runExactlyOnce is run's part after the stages are built, in exactly-once
+// runTxn is run's part after the stages are built, in exactly-once
 // mode: the partition registers with the coordinator (which starts its
 // first epoch), runs until ctx ends (revoke, shutdown, fatal error, the
 // claim's end), stops beginning records and drains, and then waits for the
 // cycle that commits its final checkpoint — a revoke returns only after
 // EndTxn (or the abort).
-func (p *partitionRun) runExactlyOnce(runCtx, workCtx context.Context, cancelWork context.CancelFunc, first []Record) error {
-	e := &p.eos
+func (p *partitionRun) runTxn(runCtx, workCtx context.Context, cancelWork context.CancelFunc, first []Record) error {
+	e := &p.txn
 	e.runCtx, e.workCtx, e.cancelWork = runCtx, workCtx, cancelWork
 	e.committed = p.resume
 	tc := p.c.tc
@@ -84,9 +83,9 @@ func (p *partitionRun) runExactlyOnce(runCtx, workCtx context.Context, cancelWor
 }
 
 // startEpoch launches the stages, fetcher and workers of a new epoch; under
-// eos.mu or before anyone else can see the partition.
+// txn.mu or before anyone else can see the partition.
 func (p *partitionRun) startEpoch(first []Record) {
-	e := &p.eos
+	e := &p.txn
 	ctx, cancel := context.WithCancel(e.runCtx)
 	e.cancelEpoch = cancel
 	e.g = p.launch(ctx, e.workCtx, first)
@@ -100,7 +99,7 @@ func (p *partitionRun) startEpoch(first []Record) {
 // rewind — it is stopping anyway, or its records did not stop in time (then
 // the partition fails) — and the partition must leave the cycles: its
 // stages are not at a committed position, so nothing of them may be
-// committed any more. On true it returns with eos.mu held, for
+// committed any more. On true it returns with txn.mu held, for
 // restartEpoch: the partition's own stop waits until the rewind is done.
 //
 // Records in flight may still produce while they stop, into whatever
@@ -109,7 +108,7 @@ func (p *partitionRun) startEpoch(first []Record) {
 // any restarts (txnCoordinator.abort): otherwise those outputs would
 // commit with the next cycle, and again when the record is processed anew.
 func (p *partitionRun) stopEpoch() bool {
-	e := &p.eos
+	e := &p.txn
 	e.mu.Lock()
 	if e.stopping {
 		e.mu.Unlock()
@@ -135,11 +134,11 @@ func (p *partitionRun) failRewind(err error) {
 }
 
 // restartEpoch is the second half of a rewind, after stopEpoch returned
-// true (eos.mu held; released here): the partition restarts at its last
+// true (txn.mu held; released here): the partition restarts at its last
 // committed positions with its store overlay dropped. It reports false when
 // the restart failed (the partition fails and leaves the cycles).
 func (p *partitionRun) restartEpoch() bool {
-	e := &p.eos
+	e := &p.txn
 	defer e.mu.Unlock()
 	if p.ps != nil {
 		// Pebble holds exactly the committed state (written only after
@@ -187,11 +186,11 @@ func (p *partitionRun) refill(ctx context.Context) bool {
 	}()
 	var recs []Record
 	evs := make([]Event, 0, p.c.cfg.batchSize)
-	for p.ring.High() < p.eos.refetch {
+	for p.ring.High() < p.txn.refetch {
 		recs, err = pl.Fetch(ctx, recs[:0])
 		if err != nil {
 			if ctx.Err() == nil {
-				p.fail(fmt.Errorf("fetch: re-reading [%d, %d) after an aborted transaction: %w", p.start, p.eos.refetch, err))
+				p.fail(fmt.Errorf("fetch: re-reading [%d, %d) after an aborted transaction: %w", p.start, p.txn.refetch, err))
 			}
 			return false
 		}
@@ -226,64 +225,7 @@ func (p *partitionRun) isAbandoned() bool {
 	return p.mu.abandoned
 }
 
-// A cycle's cut (DESIGN.md "Exactly-once mode"). Exactly-once mode keeps
-// the admission step, so every stage begins its records in offset order:
-// the records a stage has begun are the offsets below its begin frontier.
-// A cycle does not pause the stages: it takes each stage's frontier — the
-// cut — and the transaction holds exactly the records below the cuts.
-// Records at or above a cut keep being begun and processed (their state
-// writes go to the store's pending writes, tagged with their offsets, as
-// before), but their sends — outputs and dead letters — are deferred
-// (sendGate): kept in the order they were issued and handed to the
-// Transactor only once the cycle's transaction has committed, as the first
-// sends of the next one. So no Produce is in progress while the cycle
-// commits (the Transactor's contract), and no output of a record above a
-// cut is in a transaction that commits positions below it.
-//
-// The set below the cuts is closed: a follower begins a record only once
-// its leader has begun every record the record's rule names (the
-// admission step; the offset gate needs them completed), so its records
-// below its cut depend only on leader records begun before — taking the
-// cuts from the last stage to the first makes those fall below the
-// leader's cut, which is taken later. The cycle waits until every record
-// below the cuts completed (pend), takes each stage's position as
-// min(contiguous position, cut) — records above the cut that completed
-// are left to the next cycle: the store's checkpoint persists only the
-// writes of records below the positions — and commits.
-
-// cutPoint is a stage's cut: its begin frontier and the stream time below
-// it (the stage's watermark once everything below the frontier completed).
-type cutPoint struct{ next, wm int64 }
-
-// takeCut takes the partition's cut (the coordinator, at a cycle's
-// start): under each stage's mu, which every begin holds, so a record is
-// begun either before the cut (counted in pend, its sends direct) or after
-// it (its sends deferred); from the last stage to the first (see above).
-func (p *partitionRun) takeCut() []cutPoint {
-	d := &p.eos.sends
-	cuts := make([]cutPoint, len(p.stages))
-	d.mu.Lock()
-	d.cut = make([]int64, len(p.stages))
-	for i := range d.cut {
-		d.cut[i] = math.MaxInt64 // until the stage's own cut below
-	}
-	d.mu.Unlock()
-	for i := len(p.stages) - 1; i >= 0; i-- {
-		s := p.stages[i]
-		s.mu.Lock()
-		f := s.begunNext
-		cuts[i] = cutPoint{next: f, wm: s.begunWM}
-		s.cutAt = f
-		s.pend.Store(s.live)
-		d.mu.Lock()
-		d.cut[i] = f
-		d.mu.Unlock()
-		s.mu.Unlock()
-	}
-	return cuts
-}
-
-// sendGate is where an exactly-once partition's sends go (sendTxn): to the
+// sendGate is where an exactly-once partition's sends go (txnCut.send): to the
 // Transactor at once, or — for a record at or above its stage's cut while
 // a cycle is open — onto a list the coordinator flushes, in order, into
 // the next transaction once the cycle's transaction has committed. A send
@@ -310,25 +252,6 @@ type deferredSend struct {
 	sp   RecordSpan
 	send func([]Message)
 	msgs []Message
-}
-
-// sendTxn sends record o's outputs or dead letter (send(msgs)) in
-// exactly-once mode: now, or deferred (see sendGate).
-func (s *stageRun) sendTxn(o int64, sp RecordSpan, send func([]Message), msgs []Message) {
-	d := &s.p.eos.sends
-	d.mu.Lock()
-	switch {
-	case d.discard:
-		d.mu.Unlock()
-		s.discardSend(o, sp)
-		return
-	case d.cut != nil && o >= d.cut[s.idx]:
-		d.list = append(d.list, deferredSend{s: s, o: o, sp: sp, send: send, msgs: slices.Clone(msgs)})
-		d.mu.Unlock()
-		return
-	}
-	d.mu.Unlock()
-	send(msgs)
 }
 
 // errSendDiscarded ends the span of a record whose deferred send was

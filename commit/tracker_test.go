@@ -2,10 +2,13 @@ package commit
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -305,4 +308,139 @@ func TestTrackerSlotsGrowToTheWindow(t *testing.T) {
 	next, meta := tr.Position()
 	require.Equal(t, int64(1020), next)
 	require.Equal(t, int64(1019), meta)
+}
+
+// TestTrackerScenarios runs the scenarios in testdata/tracker (pebble's
+// datadriven format; go test ./commit -run TrackerScenarios -rewrite
+// rewrites the expected output from what the tracker does). Commands:
+//
+//	new start=N window=N [span=N] [meta=N] [above=(a,b,…)]
+//	begin [key=K] [meta=M] O…          O: an offset or a range A-B (inclusive)
+//	begin-completed [key=K] [meta=M] O…
+//	complete O…
+//	abandon O…
+//	next                                 the position and its meta
+//	state                                everything the tracker reports
+//
+// A record's meta defaults to its offset, so the meta of the position names
+// the last record of the completed prefix. Every command that changes the
+// tracker prints one line per offset, then the position.
+func TestTrackerScenarios(t *testing.T) {
+	var tr *Tracker
+	datadriven.RunTest(t, "testdata/tracker", func(t *testing.T, td *datadriven.TestData) string {
+		if td.Cmd != "new" && tr == nil {
+			td.Fatalf(t, "%s before new", td.Cmd)
+		}
+		var b strings.Builder
+		switch td.Cmd {
+		case "new":
+			var start int64
+			var window int
+			td.ScanArgs(t, "start", &start)
+			td.ScanArgs(t, "window", &window)
+			tr = NewTracker(start, window)
+			if td.HasArg("span") {
+				var span int
+				td.ScanArgs(t, "span", &span)
+				tr.SetSpan(span)
+			}
+			if td.HasArg("meta") {
+				var meta int64
+				td.ScanArgs(t, "meta", &meta)
+				tr.SetInitialMeta(meta)
+			}
+			if a, ok := td.Arg("above"); ok {
+				above := make([]int64, len(a.Vals))
+				for i := range a.Vals {
+					a.Scan(t, i, &above[i])
+				}
+				tr.SetCompletedAbove(above)
+			}
+			return trackerState(tr)
+		case "begin", "begin-completed", "complete", "abandon":
+			var key uint64
+			td.MaybeScanArgs(t, "key", &key)
+			meta, fixed := int64(0), td.MaybeScanArgs(t, "meta", new(int64))
+			if fixed {
+				td.ScanArgs(t, "meta", &meta)
+			}
+			for _, o := range scenarioOffsets(t, td) {
+				m := o
+				if fixed {
+					m = meta
+				}
+				var advanced bool
+				var err error
+				switch td.Cmd {
+				case "begin":
+					err = tr.BeginKey(o, m, key)
+				case "begin-completed":
+					advanced, err = tr.BeginCompletedKey(o, m, key)
+				case "complete":
+					advanced, err = tr.Complete(o)
+				case "abandon":
+					err = tr.Abandon(o)
+				}
+				fmt.Fprintf(&b, "%s %d: ", td.Cmd, o)
+				switch {
+				case err != nil:
+					b.WriteString(err.Error())
+				case advanced:
+					b.WriteString("advanced")
+				default:
+					b.WriteString("ok")
+				}
+				b.WriteByte('\n')
+			}
+			next, meta := tr.Position()
+			fmt.Fprintf(&b, "next=%d meta=%d", next, meta)
+			return b.String()
+		case "next":
+			next, meta := tr.Position()
+			return fmt.Sprintf("next=%d meta=%d", next, meta)
+		case "state":
+			return trackerState(tr)
+		}
+		td.Fatalf(t, "unknown command %q", td.Cmd)
+		return ""
+	})
+}
+
+// scenarioOffsets reads a command's positional offsets (N or A-B).
+func scenarioOffsets(t *testing.T, td *datadriven.TestData) []int64 {
+	var out []int64
+	for _, a := range td.CmdArgs {
+		if len(a.Vals) > 0 {
+			continue // key=…, meta=…
+		}
+		lo, hi, isRange := strings.Cut(a.Key, "-")
+		from, err := strconv.ParseInt(lo, 10, 64)
+		if err != nil {
+			td.Fatalf(t, "offset %q: %v", a.Key, err)
+		}
+		to := from
+		if isRange {
+			if to, err = strconv.ParseInt(hi, 10, 64); err != nil || to < from {
+				td.Fatalf(t, "range %q", a.Key)
+			}
+		}
+		for o := from; ; o++ {
+			out = append(out, o)
+			if o == to { // not o <= to: to may be math.MaxInt64
+				break
+			}
+		}
+	}
+	return out
+}
+
+func trackerState(tr *Tracker) string {
+	next, meta := tr.Position()
+	limit := "none"
+	if l := tr.BeginLimit(); l != math.MaxInt64 {
+		limit = strconv.FormatInt(l, 10)
+	}
+	return fmt.Sprintf("next=%d meta=%d\nin-flight=%d occupied=%d/%d completed-above=%d abandoned=%d begin-limit=%s\ncarried=%v",
+		next, meta, tr.InFlight(), tr.Occupied(), tr.Window(), tr.CompletedAbove(), tr.Abandoned(), limit,
+		tr.AppendCompletedAbove(nil))
 }
