@@ -96,7 +96,7 @@ type job struct {
 }
 
 type keyQueue struct {
-	head, tail *job
+	jobs jobQueue // the records queued behind the running one
 	// ready counts the key's records not yet run: the one a worker holds
 	// and those queued behind it (the worker cap's priority).
 	ready atomic.Int32
@@ -133,12 +133,7 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	j := d.newJobLocked()
 	j.ev, j.stream, j.kh = *ev, stream, kh
 	if q, busy := d.mu.keys[string(ev.Key)]; busy {
-		if q.tail == nil {
-			q.head = j
-		} else {
-			q.tail.next = j
-		}
-		q.tail = j
+		q.jobs.push(j)
 		q.ready.Add(1)
 		d.mu.Unlock()
 		return nil
@@ -296,27 +291,19 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	j.ev, j.next = Event{}, nil
 	d.mu.free = append(d.mu.free, j)
 	if drop {
-		for n := q.head; n != nil; {
-			next := n.next
+		for n := q.jobs.pop(); n != nil; n = q.jobs.pop() {
 			n.ev.endSpan(OutcomeDropped, nil)
 			o := n.ev.Offset
-			n.ev, n.next = Event{}, nil
+			n.ev = Event{}
 			d.mu.free = append(d.mu.free, n)
 			d.s.drop(o)
-			n = next
 		}
-		q.head, q.tail = nil, nil
 	}
-	if q.head == nil {
+	n := q.jobs.pop()
+	if n == nil {
 		delete(d.mu.keys, key)
 		return nil
 	}
-	n := q.head
-	q.head = n.next
-	if q.head == nil {
-		q.tail = nil
-	}
-	n.next = nil
 	q.ready.Add(-1)
 	return n
 }

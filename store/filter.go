@@ -114,9 +114,12 @@ func (p *partitionStore) buildFilter() (*keyFilter, error) {
 }
 
 // entryBounds is the range [lo, hi) of the partition's entry keys.
-func (p *partitionStore) entryBounds() (lo, hi []byte) {
-	lo = appendTagged(nil, p.ks, entryTag, "")
-	hi = append(append([]byte(nil), p.ks.prefix...), entryTag, '/'+1)
+func (p *partitionStore) entryBounds() (lo, hi []byte) { return entryRange(p.ks) }
+
+// entryRange is the range [lo, hi) of ks's entry keys.
+func entryRange(ks keyspace) (lo, hi []byte) {
+	lo = appendTagged(nil, ks, entryTag, "")
+	hi = append(append([]byte(nil), ks.prefix...), entryTag, '/'+1)
 	return lo, hi
 }
 

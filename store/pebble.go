@@ -258,7 +258,13 @@ func (pb *pebbleBackend) get(key []byte) ([]byte, bool, error) {
 	if pb.mu.db == nil {
 		return nil, false, ErrClosed
 	}
-	v, closer, err := pb.mu.db.Get(key)
+	return readerGet(pb.mu.db, key)
+}
+
+// readerGet reads key from r (the DB or a snapshot of it) into a slice of
+// its own.
+func readerGet(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"errors"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -66,22 +65,14 @@ func (s *PartitionSnapshot) Get(key []byte) ([]byte, bool, error) {
 	if len(v) < expiryLen {
 		return nil, false, ErrCorrupt
 	}
-	return append([]byte(nil), userValue(v)...), true, nil
+	return userValue(v), true, nil // v is get's own copy
 }
 
 func (s *PartitionSnapshot) get(k []byte) ([]byte, bool, error) {
 	if s.snap == nil {
 		return nil, false, ErrClosed
 	}
-	v, closer, err := s.snap.Get(k)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	out := bytes.Clone(v)
-	return out, true, closer.Close()
+	return readerGet(s.snap, k)
 }
 
 // Scan calls fn with every entry whose key is in [lo, hi) (hi nil: every
@@ -91,11 +82,9 @@ func (s *PartitionSnapshot) Scan(lo, hi []byte, fn func(key, value []byte) bool)
 	if s.snap == nil {
 		return ErrClosed
 	}
-	base := entry(nil, s.ks, "")
-	upper := entry(nil, s.ks, hi)
-	if hi == nil {
-		upper = append([]byte(nil), base...)
-		upper[len(upper)-1]++ // <prefix>k0: past every entry key
+	base, upper := entryRange(s.ks)
+	if hi != nil {
+		upper = entry(nil, s.ks, hi)
 	}
 	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: entry(nil, s.ks, lo), UpperBound: upper})
 	if err != nil {
