@@ -321,11 +321,7 @@ func minOf(xs []int64) int64 {
 
 func recv(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-	}
+	testutil.Recv(t, ch, waitTimeout, what)
 }
 
 // member is one running kafka.Run.
