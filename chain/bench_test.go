@@ -48,19 +48,7 @@ func BenchmarkChainStages(b *testing.B) {
 			tt := chaintest.New(b, noopStages(n), cheapDecoder, chain.WithBufferSize(8192), chain.WithBatchSize(256), chain.WithIdleTimeout(time.Millisecond))
 			tt.Log(0).SetMaxBatch(512)
 			tt.Log(0).Append(recs...)
-			b.ReportAllocs()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			b.ResetTimer()
-			tt.Start(0)
-			tt.WaitIdle()
-			b.StopTimer()
-			runtime.ReadMemStats(&after)
-			// allocs/op is truncated to an integer; report the exact rate.
-			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N), "allocs/record")
-			if err := tt.Stop(); err != nil {
-				b.Fatal(err)
-			}
+			tt.Measure(b)
 		})
 	}
 }

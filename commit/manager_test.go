@@ -148,3 +148,37 @@ func TestManagerCopiesStages(t *testing.T) {
 	m.Stages()[1] = "y"
 	assert.Equal(t, []string{"a", "b"}, m.Stages())
 }
+
+func TestManagerChangelog(t *testing.T) {
+	m := NewManager(chainStages, 100)
+	st := State{Stages: checkpoints(chainStages, 110, 0, 105, 0, 100, 0), Changelog: 40}
+	off, md, changed, err := m.NextState(st)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, int64(100), off)
+	got, ok := DecodeState(md, off, chainStages)
+	require.True(t, ok)
+	assert.Equal(t, st, got)
+	m.Committed(off, md)
+
+	_, _, changed, err = m.NextState(st)
+	require.NoError(t, err)
+	assert.False(t, changed)
+
+	st.Changelog = 45 // state written, positions unchanged: still a commit
+	_, _, changed, err = m.NextState(st)
+	require.NoError(t, err)
+	assert.True(t, changed)
+
+	st.Changelog = 39
+	_, _, _, err = m.NextState(st)
+	var re *RegressionError
+	require.ErrorAs(t, err, &re, "the committed changelog offset never goes back")
+	assert.Equal(t, "changelog", re.Stage)
+
+	// Metadata committed at assignment raises the floor too.
+	m = NewManager(chainStages, 100)
+	m.Committed(off, md)
+	_, _, _, err = m.NextState(State{Stages: st.Stages, Changelog: 10})
+	require.ErrorIs(t, err, ErrRegression)
+}

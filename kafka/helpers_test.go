@@ -1,7 +1,9 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/kadmin"
 	"github.com/differential-dev/differential/internal/testbroker"
 	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/kafka"
@@ -318,11 +321,7 @@ func minOf(xs []int64) int64 {
 
 func recv(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-	}
+	testutil.Recv(t, ch, waitTimeout, what)
 }
 
 // member is one running kafka.Run.
@@ -433,3 +432,82 @@ var testLogLevel = func() slog.Level {
 	}
 	return slog.LevelWarn
 }()
+
+// topicWithMax creates a topic whose records may be up to maxBytes.
+func topicWithMax(t *testing.T, b *testbroker.Broker, maxBytes int) string {
+	t.Helper()
+	name := testbroker.Name(t, "big")
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), b.Config())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close()) }()
+	td := kadmin.NewTopic(1)
+	v := strconv.Itoa(maxBytes)
+	td.ConfigEntries["max.message.bytes"] = &v
+	require.NoError(t, admin.CreateTopic(name, td, false))
+	if b.Real() {
+		t.Cleanup(func() { _ = admin.DeleteTopic(name) })
+	}
+	require.NoError(t, kadmin.AwaitLeaders(b.Addrs(), b.Config(), name, 1, 30*time.Second))
+	return name
+}
+
+type commitWaiter struct {
+	mu    sync.Mutex
+	want  int64
+	ch    chan struct{}
+	fired bool
+}
+
+func (w *commitWaiter) Begin(chain.BeginInfo) {}
+
+func (w *commitWaiter) Advanced(string, int32, int, int64, time.Time) {}
+
+func (w *commitWaiter) Committed(_ string, _ int32, off int64, _ string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if off >= w.want && !w.fired {
+		w.fired = true
+		close(w.ch)
+	}
+}
+
+// refusedBatchDeadLetters are two dead letters to dlq, a 200 kB one (above
+// the topic's max.message.bytes of 100 kB, below the chain's dead-letter
+// cap) and a small one, and the producer configuration that puts them in
+// one batch: Flush.Messages = 2 (Flush.Frequency sends a message left
+// alone). Both brokers refuse the batch as a whole: kfake and Kafka weigh
+// the batch against max.message.bytes.
+func refusedBatchDeadLetters(t *testing.T, b *testbroker.Broker) (dlq string, big, small chain.Message, cfg *sarama.Config) {
+	t.Helper()
+	dlq = topicWithMax(t, b, 100_000)
+	reason := errors.New("undecodable")
+	big = chain.DeadLetter(dlq, "click", &chain.Record{Topic: "input", Offset: 0, Value: bytes.Repeat([]byte("x"), 200_000)}, reason, chain.DefaultMaxDeadLetterBytes)
+	small = chain.DeadLetter(dlq, "click", &chain.Record{Topic: "input", Offset: 1, Value: []byte("small")}, reason, chain.DefaultMaxDeadLetterBytes)
+	cfg = b.Config()
+	cfg.Producer.Flush.Messages = 2
+	cfg.Producer.Flush.Frequency = 200 * time.Millisecond
+	return dlq, big, small, cfg
+}
+
+// deadLetters reads dlq's records by the offset they dead-letter.
+func deadLetters(t *testing.T, b *testbroker.Broker, dlq string, readCommitted bool) map[string][]*sarama.ConsumerMessage {
+	t.Helper()
+	out := map[string][]*sarama.ConsumerMessage{}
+	for _, m := range b.ReadAll(t, dlq, readCommitted)[0] {
+		for _, h := range m.Headers {
+			if string(h.Key) == chain.HeaderDLQOffset {
+				out[string(h.Value)] = append(out[string(h.Value)], m)
+			}
+		}
+	}
+	return out
+}
+
+func truncated(m *sarama.ConsumerMessage) bool {
+	for _, h := range m.Headers {
+		if string(h.Key) == chain.HeaderDLQTruncated {
+			return true
+		}
+	}
+	return false
+}

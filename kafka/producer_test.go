@@ -1,9 +1,11 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -167,4 +169,105 @@ func TestProducerRetriesOutlastALeaderElection(t *testing.T) {
 	require.Greater(t, total, time.Minute)
 	require.Equal(t, 100*time.Millisecond, kafka.RetryBackoff(0, kafka.DefaultProducerRetries), "the first retry is quick")
 	require.Equal(t, time.Second, kafka.RetryBackoff(kafka.DefaultProducerRetries-1, kafka.DefaultProducerRetries), "waits are capped")
+}
+
+// TestRecordTooLargeToDeadLetterDoesNotStopThePartition (I7): a
+// 2 MiB record the decoder rejects is larger than the producer may send (as
+// the CLI configures it: the decoder's limit + 64 KiB) and than the
+// dead-letter topic accepts (100 kB). It must still be dead-lettered — cut,
+// with its original size and hash in headers — and the partition go on,
+// instead of failing at every restart.
+func TestRecordTooLargeToDeadLetterDoesNotStopThePartition(t *testing.T) {
+	const decodeLimit = 1 << 20
+	b := testbroker.New(t)
+	topic := topicWithMax(t, b, 4<<20)
+	dlq := topicWithMax(t, b, 100_000)
+	group := testbroker.Name(t, "group")
+
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	pcfg := b.Config()
+	pcfg.Producer.MaxMessageBytes = 4 << 20
+	pcfg.Producer.Return.Successes = true
+	sp, err := sarama.NewSyncProducer(b.Addrs(), pcfg)
+	require.NoError(t, err)
+	require.NoError(t, sp.SendMessages([]*sarama.ProducerMessage{
+		{Topic: topic, Value: sarama.StringEncoder("click|0")},
+		{Topic: topic, Value: sarama.ByteEncoder(big)},
+		{Topic: topic, Value: sarama.StringEncoder("click|1")},
+	}))
+	require.NoError(t, sp.Close())
+
+	prodCfg := b.Config()
+	prodCfg.Producer.MaxMessageBytes = decodeLimit + 64<<10
+	prod, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: b.Addrs(), Sarama: prodCfg, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, prod.Close()) }()
+
+	limited := chain.DecoderFunc(func(r *chain.Record) (chain.Decoded, error) {
+		if len(r.Value) > decodeLimit {
+			return chain.Decoded{}, errors.New("value too large")
+		}
+		return decoder.Decode(r)
+	})
+	noop := chain.ProcessorFunc(func(context.Context, *chain.Context, *chain.Event) error { return nil })
+	w := &commitWaiter{want: 3, ch: make(chan struct{})}
+	m := runMember(t, groupConfig(b, topic, group, t), func(*member) *chain.Chain {
+		ch, err := chain.New([]chain.Stage{{Name: "click", Processor: noop}}, limited,
+			chainOptions(t, w, chain.WithProducer(prod), chain.WithDLQTopic(dlq))...)
+		require.NoError(t, err)
+		return ch
+	})
+	recv(t, w.ch, "the commit past the large record")
+	err, _ = m.stop(t)
+	require.NoError(t, err)
+
+	got := b.ReadAll(t, dlq, false)[0]
+	require.Len(t, got, 1)
+	h := map[string]string{}
+	for _, x := range got[0].Headers {
+		h[string(x.Key)] = string(x.Value)
+	}
+	require.Equal(t, "1", h[chain.HeaderDLQOffset])
+	require.Equal(t, strconv.Itoa(len(big)), h[chain.HeaderDLQOriginalSize])
+	require.NotEmpty(t, h[chain.HeaderDLQOriginalSHA256])
+	require.Contains(t, h[chain.HeaderDLQTruncated], "value")
+	require.LessOrEqual(t, len(got[0].Value), chain.MinDeadLetterBytes)
+	require.True(t, bytes.HasPrefix(big, got[0].Value))
+}
+
+// TestProducerResendsAloneWhatARefusedBatchHeld: a small dead letter
+// batched with an oversized one is refused with it (MESSAGE_TOO_LARGE for
+// the batch); the Producer sends it again alone, and it is written whole.
+// The oversized one, refused alone too, gets chain.ErrMessageTooLarge and
+// its minimal dead letter is written. Runs on kfake and on a real broker.
+func TestProducerResendsAloneWhatARefusedBatchHeld(t *testing.T) {
+	b := testbroker.New(t)
+	dlq, big, small, cfg := refusedBatchDeadLetters(t, b)
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: b.Addrs(), Sarama: cfg, Logger: testLogger(t)})
+	require.NoError(t, err)
+
+	// Produce alone: the big one's own result.
+	direct, dSmall := newDone(), newDone()
+	p.Produce(context.Background(), []chain.Message{big}, direct.done)
+	p.Produce(context.Background(), []chain.Message{small}, dSmall.done)
+	require.ErrorIs(t, direct.wait(t), chain.ErrMessageTooLarge, "refused alone: too large")
+	require.NoError(t, dSmall.wait(t), "the small one fits alone")
+
+	// As the chain sends dead letters: both end up written.
+	dBig, dSmall := newDone(), newDone()
+	chain.ProduceDeadLetter(context.Background(), p, big, dBig.done)
+	chain.ProduceDeadLetter(context.Background(), p, small, dSmall.done)
+	require.NoError(t, dSmall.wait(t))
+	require.NoError(t, dBig.wait(t))
+	require.NoError(t, p.Close())
+
+	got := deadLetters(t, b, dlq, false)
+	require.Len(t, got["1"], 2, "the small dead letter, written once per call")
+	for _, m := range got["1"] {
+		require.False(t, truncated(m))
+		require.Equal(t, "small", string(m.Value))
+	}
+	require.Len(t, got["0"], 1, "the big one's minimal dead letter")
+	require.True(t, truncated(got["0"][0]))
+	require.LessOrEqual(t, len(got["0"][0].Value), chain.MinDeadLetterBytes)
 }

@@ -3,7 +3,6 @@ package chainotel_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -70,18 +69,7 @@ func BenchmarkTracing(b *testing.B) {
 				recs[i] = chain.Record{Key: key, Value: key, Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
 			}
 			tt.Log(0).Append(recs...)
-			b.ReportAllocs()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			b.ResetTimer()
-			tt.Start(0)
-			tt.WaitIdle()
-			b.StopTimer()
-			runtime.ReadMemStats(&after)
-			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N), "allocs/record")
-			if err := tt.Stop(); err != nil {
-				b.Fatal(err)
-			}
+			tt.Measure(b)
 		})
 	}
 }

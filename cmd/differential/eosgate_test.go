@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/differential-dev/differential/chain"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
@@ -57,15 +58,14 @@ func TestRunWithoutTransactionsNamesTheFix(t *testing.T) {
 	if e == nil {
 		t.Skip("forces the broker's answer: embedded broker only")
 	}
-	e.Fake().ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		e.Fake().KeepControl()
+	testutil.Refuse(e.Fake(), kmsg.InitProducerID, -1, func(kr kmsg.Request) kmsg.Response {
 		req := kr.(*kmsg.InitProducerIDRequest)
 		if req.TransactionalID == nil {
-			return nil, nil, false // an idempotent producer's (the changelog's): allowed
+			return nil // an idempotent producer's (the changelog's): allowed
 		}
 		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
-		return resp, nil, true
+		return resp
 	})
 	code, _, errs := runCLI(t, hooks{}, tp.runArgs()...)
 	require.Equal(t, exitFatal, code, errs)

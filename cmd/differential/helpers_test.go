@@ -110,14 +110,7 @@ func (p *proc) stop(t *testing.T) int {
 
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-	}
-	var zero T
-	return zero
+	return testutil.Recv(t, ch, waitTimeout, what)
 }
 
 // tail returns the last lines of a log for failure messages.

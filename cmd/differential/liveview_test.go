@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/internal/liveview"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // startedObserver closes all once n partitions have started their stages.
@@ -82,17 +82,7 @@ func startLiveRun(t *testing.T, tp *topics, extra ...string) *liveRun {
 // fetch GETs url with the bearer token (none when "").
 func fetch(t *testing.T, url, token string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, resp.Header, b
+	return testutil.Get(t, url, token)
 }
 
 // positions maps partition and stage to a stage's position.

@@ -1,7 +1,6 @@
 package metricshttp_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/differential-dev/differential/internal/httpauth"
 	"github.com/differential-dev/differential/internal/liveview"
 	"github.com/differential-dev/differential/internal/metricshttp"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // TestLiveViewGuarded: with a token, the live view's page and JSON refuse
@@ -31,17 +31,8 @@ func TestLiveViewGuarded(t *testing.T) {
 	defer srv.Close()
 
 	get := func(path, token string) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-		require.NoError(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
+		code, _, b := testutil.Get(t, srv.URL+path, token)
+		return code, string(b)
 	}
 	for _, path := range []string{"/", liveview.APIPath} {
 		code, body := get(path, "")

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/kafka"
 )
 
@@ -226,13 +227,7 @@ func TestSecondTransactionalProducerFencesFirst(t *testing.T) {
 
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		panic("unreachable")
-	}
+	return testutil.Recv(t, ch, waitTimeout, what)
 }
 
 // consumePartition reads n records of topic/p from the oldest offset with sarama's consumer.

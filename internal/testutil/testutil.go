@@ -1,7 +1,8 @@
 // Package testutil holds the helpers that tests of several packages share:
-// a buffer for concurrent writers and the decoder of the engine's test
-// records. Only test files import it (cmd/differential's
-// TestBinaryLinksNoTestCode keeps it out of the binary).
+// a buffer for concurrent writers, the decoder of the engine's test
+// records, a bounded receive, an HTTP GET with a bearer token and refusals
+// forced on the embedded broker. Only test files import it
+// (cmd/differential's TestBinaryLinksNoTestCode keeps it out of the binary).
 package testutil
 
 import (

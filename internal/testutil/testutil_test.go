@@ -2,6 +2,8 @@ package testutil_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -35,4 +37,25 @@ func TestSyncBufferConcurrentWriters(t *testing.T) {
 	}
 	wg.Wait()
 	require.Len(t, b.String(), 8*100*2)
+}
+
+func TestRecvReturnsTheValue(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	require.Equal(t, 7, testutil.Recv(t, ch, time.Second, "the value"))
+}
+
+func TestGetSendsTheToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Auth", r.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusTeapot)
+		fmt.Fprint(w, r.URL.Path)
+	}))
+	defer srv.Close()
+	code, h, body := testutil.Get(t, srv.URL+"/p", "tok")
+	require.Equal(t, http.StatusTeapot, code)
+	require.Equal(t, "Bearer tok", h.Get("X-Auth"))
+	require.Equal(t, "/p", string(body))
+	_, h, _ = testutil.Get(t, srv.URL, "")
+	require.Empty(t, h.Get("X-Auth"), "no token, no header")
 }

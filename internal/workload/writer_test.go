@@ -12,6 +12,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 	"github.com/differential-dev/differential/internal/workload"
 )
 
@@ -78,12 +79,7 @@ func TestCloseWaitsForRetries(t *testing.T) {
 	c, err := embedded.Start(embedded.Topic("t", 2))
 	require.NoError(t, err)
 	defer c.Close()
-	refused := 0
-	c.Fake().ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		if refused == 3 {
-			return nil, nil, false // served as usual from now on
-		}
-		c.Fake().KeepControl()
+	refused := testutil.Refuse(c.Fake(), kmsg.Produce, 3, func(kr kmsg.Request) kmsg.Response {
 		req := kr.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, tp := range req.Topics {
@@ -97,8 +93,7 @@ func TestCloseWaitsForRetries(t *testing.T) {
 			}
 			resp.Topics = append(resp.Topics, rt)
 		}
-		refused++
-		return resp, nil, true
+		return resp
 	})
 	cfg := small()
 	cfg.Records, cfg.Partitions = 20, 2
@@ -106,7 +101,7 @@ func TestCloseWaitsForRetries(t *testing.T) {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	out, err := workload.Write(context.Background(), workload.WriterConfig{Brokers: c.Addrs(), Sarama: sc, Topic: "t", Exact: true}, recs)
-	require.Equal(t, 3, refused, "the first produce requests were refused")
+	require.Equal(t, 3, refused(), "the first produce requests were refused")
 	require.NoError(t, err)
 	require.Equal(t, len(recs), out.Records)
 }

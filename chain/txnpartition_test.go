@@ -246,3 +246,142 @@ func testStopWhileCommitting(t *testing.T, outcome string, scope chain.GateScope
 	requireVisibleOnce(t, tt, outcome)
 	requireKeyOrder(t, tt)
 }
+
+// An aborted cycle (EndTxn refused) drops the overlay and restarts the
+// partition at its last committed positions: what the read_committed side
+// sees is every output exactly once, with the values the model computes —
+// a restart that kept the aborted cycle's writes would count those records
+// twice, one at the wrong positions would lose or repeat outputs. Then the
+// partition moves to an instance without local state, which restores it
+// from the changelog's committed records only.
+func TestExactlyOnceAbortRestartsFromCommittedPositionsWithOverlayDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tt, x, _ := eosTester(t, tally())
+		tt.Start(0)
+		var all []chain.Record
+		feed := func(n int) {
+			recs := tallyRecords(len(all), n)
+			all = append(all, recs...)
+			tt.Feed(0, recs...)
+			tt.WaitCommitted(0, int64(len(all)))
+		}
+		feed(30)
+		requireExactlyOnce(t, tt)
+		_, aborts := x.Counts()
+		require.Zero(t, aborts)
+
+		// The next two transactions fail at commit: their outputs and
+		// changelog records are never visible, and the partition restarts.
+		x.FailCommits(2)
+		feed(30)
+		_, aborts = x.Counts()
+		require.Equal(t, 2, aborts, "the failed commits aborted their cycles")
+		requireExactlyOnce(t, tt)
+
+		// The changelog holds the aborted cycles' records, which readers
+		// skip: another instance restores the committed state from it.
+		require.NoError(t, tt.Move("b", 0))
+		feed(21)
+		requireExactlyOnce(t, tt)
+		require.NoError(t, tt.Stop())
+	})
+}
+
+// A record still in flight when a cycle aborts (here: slower than the
+// drain allows) must not put its outputs into the transaction that follows
+// the abort: its partition restarts at the committed positions and
+// processes it again, so those outputs would commit twice. (The fleet test
+// found it: a member whose cycle timed out committed repeated installs and
+// purchases.)
+func TestExactlyOnceRecordInFlightAtAbortIsNotCommitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Past the cycle's drain (the shutdown timeout), within the
+		// rewind's wait for it.
+		stages := countSlowOnce(30, 150*time.Millisecond)
+		tt, x, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt.Start(0)
+		tt.Feed(0, tallyRecords(0, 60)...)
+		tt.WaitCommitted(0, 60)
+		require.NoError(t, tt.Stop())
+		_, aborts := x.Counts()
+		require.GreaterOrEqual(t, aborts, 1, "the slow record made a cycle abort")
+		require.Equal(t, countModel(tt), sortedOutputs(tt))
+	})
+}
+
+// A record that outlasts both the cycle's drain and the rewind's stop (it
+// ignores its context past the shutdown timeout): the rewind cannot stop the
+// epoch, so the partition fails — RunPartition returns the error instead of
+// waiting, without stages and out of the cycles, for a stop nothing sends
+// (the rewind's failure is not ignored as an abandoned record's) — and
+// a restart from the last committed cycle still gives every output once.
+func TestExactlyOnceRewindThatCannotStopFailsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Past the drain, the rewind's stop and its grace.
+		stages := countSlowOnce(30, time.Second)
+		tt, _, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt.Start(0)
+		tt.Append(0, tallyRecords(0, 60)...)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Empty(t, tt.Stats(), "the partition ended by itself")
+		err := tt.Stop()
+		require.ErrorContains(t, err, "records in flight did not stop within the shutdown timeout")
+		tt.Start(0)
+		tt.WaitCommitted(0, 60)
+		require.NoError(t, tt.Stop())
+		require.Equal(t, countModel(tt), sortedOutputs(tt))
+	})
+}
+
+// Cycles that fail at commit while the hot key's records wait in the key
+// gates: each abort drops the overlay and restarts every stage at its
+// committed positions with new key tables; read_committed readers still see
+// every output exactly once, with the values the model computes from state
+// (a rewind that kept the aborted cycle's writes would count twice). The
+// partition then moves to an instance without local state, which restores
+// the committed state from the changelog.
+func TestExactlyOnceKeyGateAbortMidRunRewinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 600
+		gated := 0
+		tt, x, calls := hotRun(t, n, func(tt *chaintest.Tester, x *chaintest.Transactor, i int) {
+			if i == 300 {
+				for _, s := range tt.Stats()[0].Stages {
+					gated += s.KeyGated
+				}
+				x.FailCommits(2)
+			}
+		})
+		require.Positive(t, gated, "records waited in the key gates when the failures were injected")
+		_, aborts := x.Counts()
+		// (A failed cycle that had produced nothing — its records only
+		// skipped — aborts no open transaction and is not counted.)
+		require.True(t, aborts >= 1 && aborts <= 2, "the failed commits aborted their cycles, and nothing else did: %d aborts", aborts)
+		require.Greater(t, calls.total(), int64(n), "the aborted cycles' records were processed again")
+		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once")
+		requireTxnPrefixes(t, tt, x, []string{"click", "install", "purchase"}, nil)
+
+		require.NoError(t, tt.Move("b", 0))
+		tt.Append(0, hotRecords(n, 200)...)
+		tt.WaitIdle()
+		tt.WaitCommitted(0, n+200)
+		require.NoError(t, tt.Stop())
+		require.Equal(t, hotModel(tt.Log(0).Records()), visible(tt), "every output exactly once after the move")
+	})
+}
+
+// countSlowOnce is tally's first stage alone, whose processing of offset o
+// takes d (fake time, ignoring its context) the first time.
+func countSlowOnce(o int64, d time.Duration) []chain.Stage {
+	stages := tally()[:1]
+	inner := stages[0].Processor
+	var slowed atomic.Bool
+	stages[0].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+		if e.Offset == o && slowed.CompareAndSwap(false, true) {
+			time.Sleep(d)
+		}
+		return inner.Process(ctx, pc, e)
+	})
+	return stages
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/differential-dev/differential/internal/embedded"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // An engine restarted while one broker of the cluster is down must not fail
@@ -71,12 +72,7 @@ func TestChangelogCheckWaitsForABrokerThatHasNotLearntTheTopic(t *testing.T) {
 	c, err := embedded.Start(embedded.Topic("in", 2))
 	require.NoError(t, err)
 	defer c.Close()
-	refused := 0
-	c.Fake().ControlKey(int16(kmsg.DescribeConfigs), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		if refused == 2 {
-			return nil, nil, false // served as usual from now on
-		}
-		c.Fake().KeepControl()
+	refused := testutil.Refuse(c.Fake(), kmsg.DescribeConfigs, 2, func(kr kmsg.Request) kmsg.Response {
 		req := kr.(*kmsg.DescribeConfigsRequest)
 		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
 		for _, r := range req.Resources {
@@ -85,15 +81,14 @@ func TestChangelogCheckWaitsForABrokerThatHasNotLearntTheTopic(t *testing.T) {
 			rr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			resp.Resources = append(resp.Resources, rr)
 		}
-		refused++
-		return resp, nil, true
+		return resp
 	})
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	cl, err := NewChangelog(context.Background(), ChangelogConfig{Brokers: c.Addrs(), InputTopic: "in", Group: "g", Sarama: sc})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cl.Close()) }()
-	require.Equal(t, 2, refused, "the first two checks were refused")
+	require.Equal(t, 2, refused(), "the first two checks were refused")
 	require.Equal(t, int32(2), cl.Partitions())
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/differential-dev/differential/internal/embedded"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // A process restarted while the node holding its transaction coordinator is
@@ -65,15 +66,14 @@ func TestTransactorStartExplainsAClusterWithoutTransactions(t *testing.T) {
 	} {
 		c, err := embedded.Start(embedded.Topic("in", 1))
 		require.NoError(t, err)
-		c.Fake().ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-			c.Fake().KeepControl()
+		testutil.Refuse(c.Fake(), kmsg.InitProducerID, -1, func(kr kmsg.Request) kmsg.Response {
 			req := kr.(*kmsg.InitProducerIDRequest)
 			if req.TransactionalID == nil {
-				return nil, nil, false
+				return nil
 			}
 			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 			resp.ErrorCode = tc.code
-			return resp, nil, true
+			return resp
 		})
 		start := time.Now()
 		_, err = NewTransactor(TransactorConfig{Brokers: c.Addrs(), TransactionalID: "g.refused"})
