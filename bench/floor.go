@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -226,66 +225,4 @@ func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule,
 		cache[p] = d
 	}
 	return max(time.Duration(d[st][o]-sent), 0), true
-}
-
-// cascadeText is the progress line's account of the chain's latency against
-// the floors: per output, latency − one-horizon floor split into what the
-// rules' cascade adds (cascaded − one-horizon floor) and what is left
-// (latency − cascaded floor); and, among the outputs at or above the
-// chain's p99, how many the cascade binds (its floor is above the
-// one-horizon floor by more than half the excess).
-func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) string {
-	cr := map[int32][3][]int64{}
-	type row struct {
-		lat, one, rules time.Duration
-		stage           int
-		idle            bool
-	}
-	var rows []row
-	for _, a := range acks {
-		one, viaIdle, ok := latencyFloor(a, f, from, to, e, r.idle)
-		if !ok {
-			continue
-		}
-		rules, ok := cascadeFloor(a, f, from, to, e, r, cr)
-		if !ok {
-			continue
-		}
-		lat := time.Duration(a.at - f.sentAt[a.src.partition][a.src.offset].Load())
-		rows = append(rows, row{lat, one, rules, e.paths[a.src.partition][a.src.offset].stage, viaIdle})
-	}
-	if len(rows) == 0 {
-		return ""
-	}
-	slices.SortFunc(rows, func(x, y row) int { return int(x.lat - y.lat) })
-	q := func(g func(row) time.Duration) (float64, float64) {
-		v := make([]time.Duration, len(rows))
-		for i := range rows {
-			v[i] = g(rows[i])
-		}
-		slices.Sort(v)
-		return ms(quantile(v, 0.5)), ms(quantile(v, 0.99))
-	}
-	rp50, rp99 := q(func(x row) time.Duration { return x.rules })
-	ca50, ca99 := q(func(x row) time.Duration { return x.rules - x.one })
-	le50, le99 := q(func(x row) time.Duration { return x.lat - x.rules })
-	tail := rows[min(max(int(math.Ceil(0.99*float64(len(rows))))-1, 0), len(rows)-1):]
-	var byRules int
-	for _, x := range tail {
-		if ex := x.lat - x.one; ex > 0 && x.rules-x.one > ex/2 {
-			byRules++
-		}
-	}
-	worst := ""
-	for i := len(rows) - 1; i >= max(len(rows)-6, 0); i-- {
-		x := rows[i]
-		how := "record"
-		if x.idle {
-			how = "idle"
-		}
-		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules))
-	}
-	return fmt.Sprintf(" (%s-gate cascaded floor p50 %.1fms p99 %.1fms, above the one-horizon floor p50 %.1fms p99 %.1fms; latency above it p50 %.1fms p99 %.1fms;"+
-		" of the %d outputs at/above the chain's p99, %d bound by the cascade; slowest (ms; floors one-horizon/cascaded):%s)",
-		r.scope, rp50, rp99, ca50, ca99, le50, le99, len(tail), byRules, worst)
 }

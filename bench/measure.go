@@ -324,35 +324,6 @@ func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle t
 	return out
 }
 
-// floorExcess splits the outputs latencyFloors measures by how their gate
-// opens (idle release or a later record) and returns, for each group, its
-// latencies above the floor (latency − floor), sorted: where a design's
-// latency above the floor goes. The record-opened ones are split by the
-// input's stage (1: install, 2: purchase).
-func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (byIdle []time.Duration, byRecord [3][]time.Duration) {
-	for _, a := range acks {
-		fl, viaIdle, ok := latencyFloor(a, f, from, to, e, idle)
-		if !ok {
-			continue
-		}
-		x := time.Duration(a.at-f.sentAt[a.src.partition][a.src.offset].Load()) - fl
-		if viaIdle {
-			byIdle = append(byIdle, x)
-		} else {
-			st := 0
-			if ps := e.paths[a.src.partition]; a.src.offset < int64(len(ps)) {
-				st = min(max(ps[a.src.offset].stage, 0), 2)
-			}
-			byRecord[st] = append(byRecord[st], x)
-		}
-	}
-	slices.Sort(byIdle)
-	for i := range byRecord {
-		slices.Sort(byRecord[i])
-	}
-	return byIdle, byRecord
-}
-
 // latencyFloor is one output's floor (see latencyFloors) and whether the
 // idle release opens its gate.
 func latencyFloor(a ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (floor time.Duration, viaIdle, ok bool) {

@@ -157,19 +157,6 @@ type Options struct {
 	// strongest micro-batch at each of these GOMAXPROCS values, each in
 	// [1, runtime.NumCPU()] (see CoresPoint). Default: no sweep.
 	Cores []int
-	// CeilingCommand, when set, is the argv prefix of a child process that
-	// runs one ceiling pass (B's raw consumer or one-stage no-op chain):
-	// it reads a CeilingSpec (JSON) on stdin and writes the DesignResult
-	// (JSON) on stdout, as ServeCeiling does — the CLI sets it to its own
-	// executable and its hidden `bench-ceiling` command. Every pass then
-	// runs in a fresh process with only its own heap, as a deployed
-	// consumer does (the embedded broker stays in this process, which the
-	// child reaches over TCP), and each pair is also run in this process
-	// for comparison (WorkloadResult.CeilingMethod says which figure is
-	// which). A child still running after Timeout (and a grace of a
-	// quarter of it, at most 10s) or when the context ends is killed.
-	// Empty (the default, and Go tests): the passes run in this process.
-	CeilingCommand []string
 	// Progress receives one line per step (the CLI passes stderr). Default:
 	// discard.
 	Progress io.Writer

@@ -105,12 +105,10 @@ type harness struct {
 	o   Options
 	c   *broker
 	cfg attribution.Config
-	// tag follows "bench" in progress lines (a ceiling child's pid).
-	tag string
 }
 
 func (h *harness) progressf(format string, args ...any) {
-	fmt.Fprintf(h.o.Progress, "bench"+h.tag+": "+format+"\n", args...)
+	fmt.Fprintf(h.o.Progress, "bench: "+format+"\n", args...)
 }
 
 // pointRun is one point's stream and the inputs cut from it.
@@ -488,12 +486,9 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // need millions), in ceilingPairs pairs run back to back, the order
 // alternating; the median run of each kind is reported, and the ratio is
 // the median of the pairs' ratios. They keep no state: the steady-state
-// rule is for the designs.
-//
-// With Options.CeilingCommand every pass runs in a fresh child process
-// (measureChild: the design's own heap only, as a deployed consumer);
-// without it the passes run in this process. The figure is the median of the balanced
-// ratios (balancedRatios), not of the pairs.
+// rule is for the designs. They run in this process, beside the stream,
+// the reference model and the embedded broker, whose heap a deployed
+// consumer does not hold: the report says so, and gives each pass's heap.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
 	switch {
@@ -513,23 +508,18 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		return err
 	}
 	wr.CeilingRecords = n
-	measure := h.measure
-	wr.CeilingMethod = CeilingInProcess
-	if len(h.o.CeilingCommand) > 0 {
-		measure, wr.CeilingMethod = h.measureChild, CeilingChildProcess
-	}
 	runs := map[kind][]*DesignResult{}
 	for i := range ceilingPairs {
 		// Each pair runs back to back, the order alternating, so a pair
 		// shares the machine's state of the moment (a neighbour's load)
-		// and each order runs as often (balancedRatios).
+		// and each order runs as often.
 		order := []kind{kindRaw, kindNoop}
 		if i%2 == 1 {
 			order = []kind{kindNoop, kindRaw}
 		}
 		pair := map[kind]*DesignResult{}
 		for _, k := range order {
-			r, err := measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
+			r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
 			if err != nil {
 				return err
 			}
@@ -545,24 +535,10 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	return nil
 }
 
-// The ceilings' methods (WorkloadResult.CeilingMethod).
-const (
-	// CeilingChildProcess: every pass in a fresh child process of its own
-	// (Options.CeilingCommand).
-	CeilingChildProcess = "child process"
-	// CeilingInProcess: every pass in Run's own process, beside the
-	// stream, the reference model and the embedded broker.
-	CeilingInProcess = "harness process"
-)
-
 // ceilingPairs is how many raw/no-op pairs the ceiling measurement runs.
 // Each pass reads the input in about a third of a second, so one pass that
-// meets a neighbour's burst (or, in the harness process, a GC cycle of its
-// heap) moves a pair's ratio by 0.2 or more: six quiet runs of five pairs in
-// child processes read medians of 0.87–1.09 (pairs 0.77–1.43). The median
-// of the balanced ratios of ten pairs is the figure reported (a pair of child passes
-// costs about 1.2 s, one in the harness process about 1.5 s). Even, so that
-// each order runs as often (balancedRatios): five balanced ratios.
+// meets a neighbour's burst or a GC cycle of the harness's heap moves a
+// pair's ratio by 0.2 or more; the median of ten pairs does not move so.
 const ceilingPairs = 10
 
 // shortestFrom is the shortest input produced so far at the point with at
@@ -674,9 +650,6 @@ type runSpec struct {
 	warm, measured int
 	// cfg, when set, replaces the harness's rules (the velocity runs).
 	cfg *attribution.Config
-	// group, when set, is the consumer group (a ceiling child's, named by
-	// the parent); else a fresh name.
-	group string
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -726,10 +699,6 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
-		if d.lim != nil && r.Efficiency != nil && !sizing && s.paceRate == 0 { // throughput runs: a paced run's gaps are the pacing
-			first := time.Unix(0, d.prog.first.Load())
-			r.Note = joinNote(r.Note, d.lim.chains.explain(s.exp.longest.key, s.exp.longest.typ, first, time.Duration(r.Elapsed*float64(time.Second))))
-		}
 		if d.out != "" {
 			if err := h.judge(run, r); err != nil {
 				return r, err
@@ -999,14 +968,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(pp, 0.5)), ms(quantile(pp, 0.99))
 		res.ProduceP50ms, res.ProduceP99ms = &p50, &p99
 	}
-	byIdle, byRecord := floorExcess(acks, f, from, to, s.exp, h.o.IdleTimeout)
-	res.excess = fmt.Sprintf(" (above floor: idle-opened n=%d p50 %.1fms p99 %.1fms", len(byIdle), ms(quantile(byIdle, 0.5)), ms(quantile(byIdle, 0.99)))
-	for st, name := range []string{"other", "install", "purchase"} {
-		if x := byRecord[st]; len(x) > 0 {
-			res.excess += fmt.Sprintf("; record-opened %s n=%d p50 %.1fms p99 %.1fms", name, len(x), ms(quantile(x, 0.5)), ms(quantile(x, 0.99)))
-		}
-	}
-	res.excess += ")"
 	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
 		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
 		res.FloorP50ms, res.FloorP99ms = &p50, &p99
@@ -1020,7 +981,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		res.RulesFloorP50ms, res.RulesFloorP99ms = &p50, &p99
 		res.RulesFloorGate = string(rule.scope)
 	}
-	res.excess += cascadeText(acks, f, from, to, s.exp, rule)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -1034,7 +994,7 @@ func latencyText(r *DesignResult) string {
 		t += fmt.Sprintf(" (produce path p50 %.1fms p99 %.1fms)", *r.ProduceP50ms, *r.ProduceP99ms)
 	}
 	if r.FloorP99ms != nil {
-		t += fmt.Sprintf(" (gate floor p50 %.1fms p99 %.1fms)", *r.FloorP50ms, *r.FloorP99ms) + r.excess
+		t += fmt.Sprintf(" (gate floor p50 %.1fms p99 %.1fms)", *r.FloorP50ms, *r.FloorP99ms)
 	}
 	return t
 }
@@ -1111,10 +1071,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	P, W := s.pt.wc.Partitions, s.pt.workers
 	d := &design{prog: newProgress(s.ends), ev: &events{}, ready: make(chan struct{})}
 	ready := d.readyAfter(P)
-	group := s.group
-	if group == "" {
-		group = c.name("group")
-	}
+	group := c.name("group")
 	base := c.Config()
 	switch s.kind {
 	case kindRaw:

@@ -20,22 +20,13 @@ func designLabel(d *DesignResult) string {
 	case kindDesign6:
 		return fmt.Sprintf("micro-batch baseline (batch %d)", d.BatchSize)
 	case kindRaw:
-		return "raw consumer" + ownProcess(d)
+		return "raw consumer"
 	case kindNoop:
-		return "one-stage no-op chain" + ownProcess(d)
+		return "one-stage no-op chain"
 	case kindPolling:
 		return "chain, polling fallback"
 	}
 	return d.Design
-}
-
-// ownProcess marks a run made in a child process of its own: its CPU and
-// heap are that process's.
-func ownProcess(d *DesignResult) string {
-	if d.OwnProcess {
-		return " (own process: its cpu, its heap)"
-	}
-	return ""
 }
 
 // WriteTable prints the report as text tables.
@@ -212,18 +203,8 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		fmt.Fprintf(b, " %s ÷ it %.2f×\n", designLabel(wr.Chain), wr.Chain.ThroughputRPS/v.ThroughputRPS)
 	}
 	if wr.RatioNoopRaw != nil {
-		if len(wr.NoopRawBalanced) > 0 {
-			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d balanced ratios:%s — each the geometric mean of two pairs run in opposite orders; the pairs:%s)\n",
-				*wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawBalanced), pairList(wr.NoopRawBalanced), pairList(wr.NoopRawPairs))
-		} else {
-			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
-		}
-		switch wr.CeilingMethod {
-		case CeilingChildProcess:
-			b.WriteString("    each pass in a fresh child process, with only its own heap (as a deployed consumer); those rows' cpu s and heap MB are the child's, the broker's not in them\n")
-		case CeilingInProcess:
-			b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
-		}
+		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
+		b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
 	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)

@@ -31,8 +31,6 @@ type expectation struct {
 	paths [][]pathRecord
 	// staged caches stagedTime by (batch size, key order).
 	staged map[stagedKey]time.Duration
-	// longest is the key×stage chain of Bound.LongestChain.
-	longest chainID
 }
 
 type stagedKey struct {
@@ -131,6 +129,7 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		paths:   make([][]pathRecord, partitions),
 		staged:  map[stagedKey]time.Duration{},
 	}
+	type chainID struct{ key, typ string }
 	chains := map[chainID]time.Duration{}
 	keys := map[string]time.Duration{}
 	costs := make([]map[int64]time.Duration, partitions)
@@ -182,10 +181,8 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
 		e.gateOf(int32(p), path, cfg.Lateness)
 	}
-	for ks, c := range chains {
-		if c > e.bound.LongestChain {
-			e.bound.LongestChain, e.longest = c, ks
-		}
+	for _, c := range chains {
+		e.bound.LongestChain = max(e.bound.LongestChain, c)
 	}
 	for _, c := range keys {
 		e.bound.LongestKey = max(e.bound.LongestKey, c)
