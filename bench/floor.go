@@ -10,7 +10,7 @@ import (
 
 // The cascaded event-time floor: the least latency any engine
 // that follows the gate rules of DESIGN.md "Mechanisms" can have on the run's own arrival
-// times. The one-horizon floor (latencyFloor) lets an output go as soon as
+// times. A one-horizon floor would let an output go as soon as
 // the record that carries the partition's stream time past t+Lateness
 // arrives (or the partition goes quiet for IdleTimeout), plus the record's
 // own cost. But a follower waits for its leader's *completion* (DESIGN.md "Mechanisms"
@@ -182,8 +182,8 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 	return done
 }
 
-// cascadeFloors returns, for the same outputs as latencyFloors, the
-// cascaded floor under rule: the earliest completion cascadeDone allows at
+// cascadeFloors returns, for every acknowledged output of an input sent in
+// [from, to] (unix ns), the cascaded floor under rule: the earliest completion cascadeDone allows at
 // the output's own stage − when its input was sent, sorted.
 func cascadeFloors(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) []time.Duration {
 	cache := map[int32][3][]int64{}
@@ -204,7 +204,7 @@ func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule,
 	if int(p) >= len(f.sentAt) || int(p) >= len(e.paths) || o >= int64(len(f.sentAt[p])) || o >= int64(len(e.paths[p])) {
 		return 0, false
 	}
-	if _, ok := e.gate[a.src]; !ok {
+	if _, ok := e.outputs[a.src]; !ok {
 		return 0, false
 	}
 	sent := f.sentAt[p][o].Load()

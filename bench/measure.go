@@ -307,63 +307,6 @@ func producePath(acks []ack, f *feeder, from, to int64) []time.Duration {
 	return out
 }
 
-// latencyFloors returns, for the same outputs as latencies, the least
-// latency either design can have given when inputs were sent: the time from
-// sending the input until its event-time gate opens — when the record that
-// raises the partition's stream time past t+Lateness is sent, or when the
-// partition has been quiet for IdleTimeout (idle release), whichever is
-// first — plus its own cost.
-func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) []time.Duration {
-	out := make([]time.Duration, 0, len(acks))
-	for _, a := range acks {
-		if fl, _, ok := latencyFloor(a, f, from, to, e, idle); ok {
-			out = append(out, fl)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// latencyFloor is one output's floor (see latencyFloors) and whether the
-// idle release opens its gate.
-func latencyFloor(a ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (floor time.Duration, viaIdle, ok bool) {
-	p, o := a.src.partition, a.src.offset
-	if int(p) >= len(f.sentAt) || o >= int64(len(f.sentAt[p])) {
-		return 0, false, false
-	}
-	sent := f.sentAt[p][o].Load()
-	g, ok := e.gate[a.src]
-	if sent < from || sent > to || !ok {
-		return 0, false, false
-	}
-	if g.after < 0 {
-		g.after = int64(len(f.sentAt[p])) // only the idle release opens it
-	}
-	wait := time.Duration(0)
-	if g.after > o {
-		n := int64(len(f.sentAt[p]))
-		open, prev := int64(-1), sent
-		for k := o + 1; k <= g.after && k < n; k++ {
-			at := f.sentAt[p][k].Load()
-			if time.Duration(at-prev) > idle {
-				open = prev + int64(idle)
-				break
-			}
-			if k == g.after {
-				open = at
-				break
-			}
-			prev = at
-		}
-		if open < 0 {
-			open = prev + int64(idle)
-		}
-		viaIdle = open != f.sentAt[p][min(g.after, n-1)].Load() || g.after >= n
-		wait = max(time.Duration(open-sent), 0)
-	}
-	return wait + g.cost, viaIdle, true
-}
-
 // quantile is the nearest-rank q-quantile of sorted durations.
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {

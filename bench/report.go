@@ -179,7 +179,6 @@ type DesignResult struct {
 
 	// Latency-phase fields, moved to a LatencyResult by latencyPhase.
 	P50ms, P99ms               *float64 `json:"-"`
-	FloorP50ms, FloorP99ms     *float64 `json:"-"`
 	RulesFloorP50ms            *float64 `json:"-"`
 	RulesFloorP99ms            *float64 `json:"-"`
 	RulesFloorGate             string   `json:"-"`
@@ -221,13 +220,6 @@ type Comparison struct {
 	LatencyRecords int            `json:"latency_records,omitempty"`
 	Chain          *LatencyResult `json:"chain_latency,omitempty"`
 	Base           *LatencyResult `json:"baseline_latency,omitempty"`
-	// FloorP50ms and FloorP99ms are the same quantiles of the one-horizon
-	// floor (latencyFloors): the output's own event-time gate opened by the
-	// arrival of the record that carries stream time past t+Lateness (or
-	// IdleTimeout of silence), plus its own cost. It counts one lateness
-	// horizon and is kept beside the rules' floor for comparison.
-	FloorP50ms *float64 `json:"floor_p50_ms,omitempty"`
-	FloorP99ms *float64 `json:"floor_p99_ms,omitempty"`
 	// RulesFloorP50ms and RulesFloorP99ms are the event-time floor the
 	// rules impose (cascadeFloors): the gate of DESIGN.md "Mechanisms" of RulesFloorGate
 	// applied stage after stage on the run's arrival times and cost draws,
@@ -452,13 +444,7 @@ func targets(ws []WorkloadResult) []Target {
 					continue
 				}
 				if fl := c.cmp.RulesFloorP99ms; fl != nil {
-					n0 := len(ts)
 					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
-					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
-						ts[len(ts)-1].Note = fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
-					}
-				} else if c.cmp.FloorP99ms != nil {
-					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))
 				}
 			}
 			add("A: chain efficiency (of the pipelined bound) ≥", 0.9, w.Chain.Efficiency, steady)

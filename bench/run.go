@@ -600,7 +600,6 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 			Checkpoints: r.Syncs, Commits: r.Commits}
 		if k == kindChain {
 			cmp.Chain = l
-			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
 			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
 		} else {
 			cmp.Base = l
@@ -968,10 +967,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(pp, 0.5)), ms(quantile(pp, 0.99))
 		res.ProduceP50ms, res.ProduceP99ms = &p50, &p99
 	}
-	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
-		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
-		res.FloorP50ms, res.FloorP99ms = &p50, &p99
-	}
 	if !s.kind.isChain() {
 		return
 	}
@@ -993,8 +988,8 @@ func latencyText(r *DesignResult) string {
 	if r.ProduceP99ms != nil {
 		t += fmt.Sprintf(" (produce path p50 %.1fms p99 %.1fms)", *r.ProduceP50ms, *r.ProduceP99ms)
 	}
-	if r.FloorP99ms != nil {
-		t += fmt.Sprintf(" (gate floor p50 %.1fms p99 %.1fms)", *r.FloorP50ms, *r.FloorP99ms)
+	if r.RulesFloorP99ms != nil {
+		t += fmt.Sprintf(" (the rules' floor p50 %.1fms p99 %.1fms)", *r.RulesFloorP50ms, *r.RulesFloorP99ms)
 	}
 	return t
 }

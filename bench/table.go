@@ -238,28 +238,17 @@ func p99Text(lower *float64) string {
 	return fmt.Sprintf(", p99 %.1f× HIGHER (the chain's)", 1 / *lower)
 }
 
-// floorLine prints the chain's p99 beside the event-time floors of a
-// latency comparison: the rules' (cascaded, the target's), the
-// one-horizon floor.
+// floorLine prints the chain's p99 beside the rules' event-time floor of
+// a latency comparison.
 func floorLine(b *strings.Builder, c *Comparison) {
-	type fl struct {
-		name     string
-		p50, p99 *float64
+	if c.RulesFloorP99ms == nil {
+		return
 	}
-	var fs []fl
-	if c.RulesFloorP99ms != nil {
-		fs = append(fs, fl{"the rules' event-time floor (" + c.RulesFloorGate + " gate, cascaded across stages)", c.RulesFloorP50ms, c.RulesFloorP99ms})
+	fmt.Fprintf(b, "    the rules' event-time floor (%s gate, cascaded across stages): p50 %.1fms p99 %.1fms", c.RulesFloorGate, *c.RulesFloorP50ms, *c.RulesFloorP99ms)
+	if c.Chain != nil && c.Chain.P99ms != nil && *c.RulesFloorP99ms > 0 {
+		fmt.Fprintf(b, "; chain p99 = %.2f × it", *c.Chain.P99ms / *c.RulesFloorP99ms)
 	}
-	if c.FloorP99ms != nil {
-		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
-	}
-	for _, f := range fs {
-		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)
-		if c.Chain != nil && c.Chain.P99ms != nil && *f.p99 > 0 {
-			fmt.Fprintf(b, "; chain p99 = %.2f × it", *c.Chain.P99ms / *f.p99)
-		}
-		b.WriteString("\n")
-	}
+	b.WriteString("\n")
 }
 
 // pairList is " 0.93 0.88 …" (two decimals each).
