@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // benchEnv is one embedded broker with one produced input (a prefix of a
@@ -61,6 +65,15 @@ func (e *benchEnv) run(b *testing.B, k kind) {
 		records += n
 	}
 	b.ReportMetric(cpu*1e9/float64(b.N)/float64(records), "cpu-ns/rec")
+}
+
+// envBrokers is the real cluster DIFFERENTIAL_TEST_BROKERS names (nil:
+// the embedded broker).
+func envBrokers() []string {
+	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
+		return strings.Split(env, ",")
+	}
+	return nil
 }
 
 func workloadB() point {

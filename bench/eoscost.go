@@ -218,30 +218,15 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 // keeps the measured records' commits regular cycles, not the final one
 // of the stop).
 func (h *harness) costLatency(ctx context.Context, pr *pointRun, v *chainVariant, rate float64) (*LatencyResult, error) {
-	d := max(h.o.LatencyDuration, 3*v.commitInterval).Seconds()
-	tail := max(latencyTail, v.commitInterval*3/2).Seconds()
-	warm := max(int(rate), 100)
-	n := max(int(rate*(d+tail)), 2)
-	if warm+n > len(pr.st.recs) {
-		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
-			return nil, err
-		}
-	}
-	measured := max(int(float64(n)*d/(d+tail)), 1)
-	recs := pr.st.recs[:warm+n]
-	exp := newExpectation(recs, pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
-	topic, err := h.c.createTopic("lat", pr.pt.wc.Partitions)
+	li, err := h.latencyInput(pr, rate, max(h.o.LatencyDuration, 3*v.commitInterval), max(latencyTail, v.commitInterval*3/2))
 	if err != nil {
 		return nil, err
 	}
-	defer h.c.deleteTopics(topic)
-	r, err := h.measure(ctx, runSpec{kind: kindChain, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp,
-		variant: v, paceRate: rate, warm: warm, measured: measured})
+	r, err := h.latencyRun(ctx, li, runSpec{kind: kindChain, variant: v})
 	if r == nil {
 		return nil, err
 	}
-	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-		Checkpoints: r.Syncs, Commits: r.Commits}, err
+	return r.latencyResult(), err
 }
 
 // costWiring builds a cost-table run's delivery: a changelog (both
@@ -349,12 +334,7 @@ func (a *ackTransactor) Produce(ctx context.Context, msgs []chain.Message, done 
 		a.inner.Produce(ctx, msgs, done)
 		return
 	}
-	srcs := make([]source, 0, len(msgs))
-	for i := range msgs {
-		if s, ok := sourceOf(msgs[i].Headers); ok {
-			srcs = append(srcs, s)
-		}
-	}
+	srcs := sourcesOf(msgs)
 	a.inner.Produce(ctx, msgs, func(err error) {
 		if err == nil && len(srcs) > 0 {
 			a.mu.Lock()
@@ -485,7 +465,7 @@ func (r *Report) writeCost(b *strings.Builder) {
 	fmt.Fprintf(b, "exactly-once cost table: guarantees %v at commit intervals %s; the chain with Pebble state and a changelog in both (as `differential run`)\n",
 		r.Guarantees, r.CommitIntervals)
 	fmt.Fprintf(b, "every throughput run lasts ≥ max(%.2fs, 12.5 commit intervals) and holds ≥ 10 checkpoints and 10 commits; latency runs at %.0f%% of the row's slower cell, for max(latency duration, 3 intervals); idle release %s\n",
-		r.Duration, 100*r.LatencyLoad, r.IdleTimeout)
+		r.Duration.Seconds(), 100*r.LatencyLoad, r.IdleTimeout)
 	b.WriteString("exactly-once latency: input handed to the producer → the transaction holding its output committed (visible to read_committed); at-least-once: → output acknowledged\n")
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
-	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // TestEOSCostQuick runs the exactly-once cost table at tiny sizes (on the
@@ -28,10 +27,7 @@ func TestEOSCostQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the cost table at tiny sizes (about a minute)")
 	}
-	var brokers []string
-	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
-		brokers = strings.Split(env, ",")
-	}
+	brokers := envBrokers()
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "results", "eos.json")
 	intervals := []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}

@@ -217,6 +217,17 @@ func sourceOf(hs []chain.Header) (source, bool) {
 	return source{}, false
 }
 
+// sourcesOf is the sources of msgs that carry one.
+func sourcesOf(msgs []chain.Message) []source {
+	srcs := make([]source, 0, len(msgs))
+	for i := range msgs {
+		if s, ok := sourceOf(msgs[i].Headers); ok {
+			srcs = append(srcs, s)
+		}
+	}
+	return srcs
+}
+
 // ack is one output's acknowledgement.
 type ack struct {
 	src source
@@ -248,12 +259,7 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 		return
 	}
 	called := time.Now().UnixNano()
-	srcs := make([]source, 0, len(msgs))
-	for i := range msgs {
-		if s, ok := sourceOf(msgs[i].Headers); ok {
-			srcs = append(srcs, s)
-		}
-	}
+	srcs := sourcesOf(msgs)
 	a.inner.Produce(ctx, msgs, func(err error) {
 		if err == nil && len(srcs) > 0 {
 			now := time.Now().UnixNano()

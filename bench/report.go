@@ -11,33 +11,17 @@ import (
 	"github.com/differential-dev/differential/chain"
 )
 
-// Report is what Run measured.
+// Report is what Run measured, with the options it ran with (every
+// default filled in). Its JSON form (WriteJSON) is the workloads' array.
 type Report struct {
-	Started           time.Time        `json:"-"`
-	Broker            string           `json:"-"`
-	GoVersion         string           `json:"-"`
-	CPUs              int              `json:"-"`
-	GOMAXPROCS        int              `json:"-"`
-	Quick             bool             `json:"-"`
-	Store             string           `json:"-"`
-	Duration          float64          `json:"-"` // seconds
-	CommitInterval    string           `json:"-"`
-	Records           int              `json:"-"`
-	BatchSize         int              `json:"-"`
-	BatchLinger       string           `json:"-"`
-	SweepBatchSizes   []int            `json:"-"`
-	BufferSize        int              `json:"-"`
-	PollingBufferSize int              `json:"-"`
-	IdleTimeout       string           `json:"-"`
-	LatencyLoad       float64          `json:"-"`
-	Repeats           int              `json:"-"`
-	Workloads         []WorkloadResult `json:"-"`
-	Targets           []Target         `json:"-"`
-	// EOSCost: the run measured the exactly-once cost table
-	// (Options.EOSCost) with these guarantees and commit intervals.
-	EOSCost         bool     `json:"-"`
-	Guarantees      []string `json:"-"`
-	CommitIntervals string   `json:"-"`
+	Options    `json:"-"`
+	Started    time.Time        `json:"-"`
+	Broker     string           `json:"-"`
+	GoVersion  string           `json:"-"`
+	CPUs       int              `json:"-"`
+	GOMAXPROCS int              `json:"-"`
+	Workloads  []WorkloadResult `json:"-"`
+	Targets    []Target         `json:"-"`
 }
 
 // WorkloadResult is one workload at one partition and worker count: one

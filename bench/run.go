@@ -44,19 +44,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	defer func() { _ = c.Close() }()
 	h := &harness{o: o, c: c, cfg: attributionConfig()}
-	rep := Report{
-		Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
-		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Quick: o.Quick, Store: o.Store,
-		Duration: o.Duration.Seconds(), CommitInterval: o.CommitInterval.String(),
-		BatchSize: o.BatchSize, BatchLinger: o.BatchLinger.String(), SweepBatchSizes: o.SweepBatchSizes,
-		BufferSize: o.BufferSize, PollingBufferSize: o.PollingBufferSize, IdleTimeout: o.IdleTimeout.String(),
-		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records,
-	}
+	rep := Report{Options: o, Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	if len(o.Brokers) > 0 {
 		rep.Broker = fmt.Sprint(o.Brokers)
-	}
-	if o.EOSCost {
-		rep.EOSCost, rep.Guarantees, rep.CommitIntervals = true, o.Guarantees, fmt.Sprint(o.CommitIntervals)
 	}
 	for _, pt := range o.points() {
 		run := h.runPoint
@@ -567,42 +558,26 @@ const ceilingRecords = 300_000
 func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadResult, base kind) error {
 	b := wr.design(base)
 	rate := h.o.LatencyLoad * min(wr.Chain.ThroughputRPS, b.ThroughputRPS)
-	d := h.o.LatencyDuration.Seconds()
-	tail := min(latencyTail.Seconds(), d/2)
-	warm := max(int(rate), 100)
-	n := max(int(rate*(d+tail)), 2)
-	if warm+n > len(pr.st.recs) {
-		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
-			return err
-		}
+	d := h.o.LatencyDuration
+	li, err := h.latencyInput(pr, rate, d, min(latencyTail, d/2))
+	if err != nil {
+		return err
 	}
-	measured := max(int(float64(n)*d/(d+tail)), 1)
-	recs := pr.st.recs[:warm+n]
-	exp := newExpectation(recs, pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
-	cmp := &Comparison{Baseline: string(base), LatencyRateRPS: rate, LatencyRecords: measured}
+	cmp := &Comparison{Baseline: string(base), LatencyRateRPS: rate, LatencyRecords: li.measured}
 	for _, k := range []kind{kindChain, base} {
-		topic, err := h.c.createTopic("lat", pr.pt.wc.Partitions)
-		if err != nil {
-			return err
-		}
 		batch := 0
 		if k != kindChain {
 			batch = b.BatchSize
 		}
-		r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp, batch: batch,
-			variant: &h.o.chainVariants(pr.pt)[0], paceRate: rate, warm: warm, measured: measured})
-		h.c.deleteTopics(topic)
+		r, err := h.latencyRun(ctx, li, runSpec{kind: k, batch: batch, variant: &h.o.chainVariants(pr.pt)[0]})
 		if err != nil {
 			return err
 		}
-		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
-			Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-			Checkpoints: r.Syncs, Commits: r.Commits}
 		if k == kindChain {
-			cmp.Chain = l
+			cmp.Chain = r.latencyResult()
 			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
 		} else {
-			cmp.Base = l
+			cmp.Base = r.latencyResult()
 		}
 	}
 	if base == kindStrongest {
@@ -611,6 +586,50 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		wr.VsDesign6 = cmp
 	}
 	return nil
+}
+
+// pacedInput is the input of a latency phase: its records, its model and
+// how they are fed.
+type pacedInput struct {
+	pr             *pointRun
+	exp            *expectation
+	rate           float64
+	warm, measured int
+}
+
+// latencyInput cuts a latency phase's input from the point's stream: one
+// second's worth at rate (at least 100 records; fed at once and not
+// measured), then d's worth to measure and tail's more, not measured.
+func (h *harness) latencyInput(pr *pointRun, rate float64, d, tail time.Duration) (*pacedInput, error) {
+	warm := max(int(rate), 100)
+	n := max(int(rate*(d+tail).Seconds()), 2)
+	if warm+n > len(pr.st.recs) {
+		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
+			return nil, err
+		}
+	}
+	measured := max(int(float64(n)*d.Seconds()/(d+tail).Seconds()), 1)
+	exp := newExpectation(pr.st.recs[:warm+n], pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
+	return &pacedInput{pr: pr, exp: exp, rate: rate, warm: warm, measured: measured}, nil
+}
+
+// latencyRun measures s (its kind, batch and variant) on li's input, fed
+// to a fresh topic of its own.
+func (h *harness) latencyRun(ctx context.Context, li *pacedInput, s runSpec) (*DesignResult, error) {
+	topic, err := h.c.createTopic("lat", li.pr.pt.wc.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer h.c.deleteTopics(topic)
+	s.pt, s.topic, s.ends, s.exp = li.pr.pt, topic, li.exp.ends, li.exp
+	s.paceRate, s.warm, s.measured = li.rate, li.warm, li.measured
+	return h.measure(ctx, s)
+}
+
+// latencyResult is the latency part of a latency phase's run.
+func (r *DesignResult) latencyResult() *LatencyResult {
+	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
+		Outputs: r.LatencyOutputs, Correctness: r.Correctness, Checkpoints: r.Syncs, Commits: r.Commits}
 }
 
 // kind is a measured consumer.

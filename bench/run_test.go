@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
-	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // TestQuick runs Quick mode end to end (what CI's smoke test does), on the
@@ -27,10 +26,7 @@ func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole Quick benchmark (about a minute)")
 	}
-	var brokers []string
-	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
-		brokers = strings.Split(env, ",")
-	}
+	brokers := envBrokers()
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "results", "bench.json")
 	start := time.Now()

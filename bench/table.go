@@ -40,9 +40,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if r.Records > 0 {
-		fmt.Fprintf(&b, "every throughput run consumes %d records of its point's stream (fixed: runs shorter than %.2fs are not steady state)", r.Records, r.Duration)
+		fmt.Fprintf(&b, "every throughput run consumes %d records of its point's stream (fixed: runs shorter than %.2fs are not steady state)", r.Records, r.Duration.Seconds())
 	} else {
-		fmt.Fprintf(&b, "every throughput run lasts ≥ %.2fs: a prefix of its point's stream sized by the design's own throughput", r.Duration)
+		fmt.Fprintf(&b, "every throughput run lasts ≥ %.2fs: a prefix of its point's stream sized by the design's own throughput", r.Duration.Seconds())
 	}
 	fmt.Fprintf(&b, "; chain checkpoint+commit interval %s\n", r.CommitInterval)
 	fmt.Fprintf(&b, "strongest micro-batch: key order, no linger, one synced checkpoint batch, background commits, batch size swept over %v\n", r.SweepBatchSizes)
@@ -121,7 +121,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		}
 	}
 
-	wr.Floor.write(b)
+	wr.Floor.write(b, wr.Chain, wr.Strongest, wr.Design6)
 	if wr.Floor != nil && wr.Chain == nil && wr.Strongest == nil && wr.Raw == nil {
 		// FloorOnly: no design row to print.
 		writeCores(b, wr.Cores, wr.Floor)
@@ -130,8 +130,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	b.WriteString("  throughput (each design on its own prefix of the stream, sized by time):\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\tcpu µs/rec\theap MB\tefficiency\tof own bound\tof cpu bound\tfloor ÷ cpu\twait +%\tcorrect\t")
-	rows := append(append([]*DesignResult(nil), wr.variants()...), wr.Strongest, wr.Design6, wr.PollingChain, wr.Raw, wr.NoopChain)
-	for _, d := range rows {
+	for _, d := range wr.rows() {
 		if d == nil {
 			continue
 		}
@@ -218,12 +217,15 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	}
 }
 
-// variants is the chain's rows: every variant, or the chain alone.
-func (w *WorkloadResult) variants() []*DesignResult {
-	if len(w.ChainVariants) > 0 {
-		return w.ChainVariants
+// rows are the throughput table's runs, in order: the chain's variants
+// (or the chain alone), the strongest micro-batch, the micro-batch
+// baseline, the polling fallback, the ceilings. Some may be nil.
+func (w *WorkloadResult) rows() []*DesignResult {
+	chains := w.ChainVariants
+	if len(chains) == 0 {
+		chains = []*DesignResult{w.Chain}
 	}
-	return []*DesignResult{w.Chain}
+	return append(append([]*DesignResult(nil), chains...), w.Strongest, w.Design6, w.PollingChain, w.Raw, w.NoopChain)
 }
 
 // p99Text says how the chain's p99 compares: lower is the claim, so a
