@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/kafka"
-	"github.com/differential-dev/differential/processors/attribution"
-	"github.com/differential-dev/differential/store"
 )
 
 // The delivery guarantees the exactly-once cost table (Options.EOSCost)
@@ -37,15 +34,10 @@ const (
 
 // CostResult is the exactly-once cost table of one workload
 // (WorkloadResult.EOSCost): the chain in each guarantee at each commit
-// interval, on the same stream, with the same gate scope.
+// interval, on the same stream, with the same gate scope (Options.Gate).
 type CostResult struct {
-	// Gate is the gate scope every row of the table ran with: Options.Gate,
-	// unless chain.New refuses exactly-once with it; then the
-	// partition-scoped gate for both guarantees, so that the cost column
-	// compares the guarantees alone, and GateNote says why.
-	Gate     string    `json:"gate"`
-	GateNote string    `json:"gate_note,omitempty"`
-	Rows     []CostRow `json:"rows"`
+	Gate string    `json:"gate"`
+	Rows []CostRow `json:"rows"`
 }
 
 // CostRow is one commit interval: one cell per guarantee (in
@@ -114,42 +106,6 @@ func (r *CostRow) cell(g string) *CostCell {
 	return nil
 }
 
-// eosGate is the gate scope the cost table runs with: want, unless
-// chain.New refuses exactly-once with it (exactly-once with the
-// key-scoped gate is being made to work); then the partition-scoped gate,
-// and why. Asked of chain.New itself, with stand-ins that are never
-// called, so the table uses want as soon as the chain accepts it.
-func eosGate(cfg attribution.Config, want chain.GateScope, workers int) (chain.GateScope, string) {
-	try := func(g chain.GateScope) error {
-		_, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: workers, Gate: g},
-			chain.WithStore(store.NewMemory()), chain.WithChangelog(probeChangelog{}), chain.WithExactlyOnce(probeTxn{}),
-			chain.WithOutputTopic("out"), chain.WithDLQTopic("dlq"))
-		return err
-	}
-	err := try(want)
-	if err == nil || want == chain.GatePartition || try(chain.GatePartition) != nil {
-		return want, ""
-	}
-	return chain.GatePartition, fmt.Sprintf("exactly-once with the %s gate refused by chain.New (%v)", want, err)
-}
-
-var errProbe = errors.New("bench: the gate probe's stand-in is never used")
-
-type probeTxn struct{}
-
-func (probeTxn) Produce(_ context.Context, _ []chain.Message, done func(error)) { done(errProbe) }
-func (probeTxn) AppendChangelog(context.Context, string, int32, []chain.ChangelogRecord) (int64, error) {
-	return 0, errProbe
-}
-func (probeTxn) Commit(context.Context, []chain.TxnOffset) error { return errProbe }
-func (probeTxn) Abort(context.Context) error                     { return errProbe }
-
-type probeChangelog struct{}
-
-func (probeChangelog) Partition(string, int32) (chain.ChangelogPartition, error) {
-	return nil, errProbe
-}
-
 // runCost measures the exactly-once cost table at one point: for each
 // commit interval, the chain in each guarantee (Pebble state and a
 // changelog in both, as `differential run` does by default), each a
@@ -160,14 +116,11 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 	t0 := time.Now()
 	pr := h.newPointRun(pt)
 	defer pr.close()
-	gate, note := eosGate(h.cfg, h.o.Gate, pt.workers)
-	cr := &CostResult{Gate: string(gate), GateNote: note}
+	gate := h.o.Gate
+	cr := &CostResult{Gate: string(gate)}
 	wr := &WorkloadResult{Workload: pt.name, Partitions: pt.wc.Partitions, Workers: pt.workers, Gate: string(gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), EOSCost: cr}
 	h.progressf("workload %s P=%d W=%d, exactly-once cost (gate %s): %s (generated in %v)", pt.name, pt.wc.Partitions, pt.workers, gate, pr.st, time.Since(t0).Round(time.Millisecond))
-	if note != "" {
-		h.progressf("  %s: both guarantees use the %s gate", note, gate)
-	}
 	hint := chainGuess(pt)
 	for _, iv := range h.o.CommitIntervals {
 		row := CostRow{CommitInterval: iv.String()}
@@ -450,9 +403,6 @@ func (c *CostResult) targets(workload string) []Target {
 		if *r.Cost <= CostTarget && !steady {
 			t.Why = "a run was not steady state (shorter than 12.5 commit intervals, or fewer than 10 checkpoints on the busiest partition or 10 commits)"
 		}
-		if c.GateNote != "" {
-			t.Note = "both guarantees with the " + c.Gate + " gate: " + c.GateNote
-		}
 		ts = append(ts, t)
 	}
 	return ts
@@ -474,9 +424,6 @@ func (r *Report) writeCost(b *strings.Builder) {
 			continue
 		}
 		fmt.Fprintf(b, "\nworkload %s: %d partitions, W=%d, gate %s\n", wr.Workload, wr.Partitions, wr.Workers, c.Gate)
-		if c.GateNote != "" {
-			fmt.Fprintf(b, "  %s: both guarantees use the %s gate\n", c.GateNote, c.Gate)
-		}
 		fmt.Fprintf(b, "  stream: %s\n", wr.Params)
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  interval\tguarantee\trecords\trec/s\telapsed\tsteady\tckpt busiest\tcommits\tcpu s\tW busy (all idle)\tcorrect\tp50 ms\tp99 ms\tlatency correct\tchangelog appends; transactions (commit path: first append → EndTxn done)\n")

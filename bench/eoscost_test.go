@@ -54,9 +54,7 @@ func TestEOSCostQuick(t *testing.T) {
 		require.Nil(t, w.Chain, "the cost table measures no design comparison")
 		c := w.EOSCost
 		require.NotNil(t, c, w.Workload)
-		gate, _ := eosGate(attributionConfig(), o.Gate, o.Workers)
-		require.Equal(t, string(gate), c.Gate, "the gate chain.New accepts with exactly-once")
-		require.Equal(t, gate != o.Gate, c.GateNote != "", "a fallback says why")
+		require.Equal(t, string(chain.GateKey), c.Gate, "Options.Gate's default")
 		require.Len(t, c.Rows, len(intervals), w.Workload)
 		for j, row := range c.Rows {
 			iv := intervals[j]
