@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +23,7 @@ import (
 // partition, ten commits); the exactly-once runs really ran transactions,
 // the at-least-once runs none; the cost is 1 − eos ÷ alo.
 func TestEOSCostQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the cost table at tiny sizes (about a minute)")
-	}
-	brokers := envBrokers()
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "results", "eos.json")
+	brokers, dir, jsonPath := endToEnd(t, "runs the cost table at tiny sizes (about a minute)", "eos.json")
 	intervals := []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}
 	o := Options{EOSCost: true, Quick: true, Brokers: brokers, Dir: dir, JSONPath: jsonPath, Partitions: 4, Workers: 16,
 		CommitIntervals: intervals, LatencyDuration: 300 * time.Millisecond}

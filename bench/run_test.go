@@ -23,12 +23,7 @@ import (
 // reported, and the JSON written (into a folder that does not exist
 // yet). It does not check the ratios.
 func TestQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole Quick benchmark (about a minute)")
-	}
-	brokers := envBrokers()
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "results", "bench.json")
+	brokers, dir, jsonPath := endToEnd(t, "runs the whole Quick benchmark (about a minute)", "bench.json")
 	start := time.Now()
 	o := Options{Quick: true, Brokers: brokers, JSONPath: jsonPath, Dir: dir}
 	rep, err := Run(context.Background(), o)
