@@ -154,14 +154,3 @@ func (d countingDecoder) Decode(r *chain.Record) (chain.Decoded, error) {
 	d.prog.consumed()
 	return d.inner.Decode(r)
 }
-
-// joinNote appends b to the note a ("; " between them).
-func joinNote(a, b string) string {
-	switch {
-	case b == "":
-		return a
-	case a == "":
-		return b
-	}
-	return a + "; " + b
-}
