@@ -2,9 +2,14 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // benchEnv is one embedded broker with one produced input (a prefix of a
@@ -63,6 +68,22 @@ func (e *benchEnv) run(b *testing.B, k kind) {
 	b.ReportMetric(cpu*1e9/float64(b.N)/float64(records), "cpu-ns/rec")
 }
 
+// endToEnd prepares an end-to-end Run test (skipped with -short, as
+// why says): the real cluster DIFFERENTIAL_TEST_BROKERS names (nil: the
+// embedded broker), a temporary directory, and a JSON report path named
+// file in a folder of it that does not exist yet.
+func endToEnd(t *testing.T, why, file string) (brokers []string, dir, jsonPath string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
+		brokers = strings.Split(env, ",")
+	}
+	dir = t.TempDir()
+	return brokers, dir, filepath.Join(dir, "results", file)
+}
+
 func workloadB() point {
 	return point{name: "B", wc: baseWorkload(1, 8, 0), workers: 64}
 }
@@ -73,18 +94,18 @@ func workloadA() point {
 
 // BenchmarkWorkloadB_Chain, _Strongest and _Design6: workload B (no cost) on
 // the embedded broker, 50,000 records; rec/s is the design's throughput.
-func BenchmarkWorkloadB_Chain(b *testing.B) {
-	newBenchEnv(b, workloadB(), 50_000, true).run(b, kindChain)
-}
+func BenchmarkWorkloadB_Chain(b *testing.B)     { benchDesign(b, workloadB(), 50_000, kindChain) }
+func BenchmarkWorkloadB_Strongest(b *testing.B) { benchDesign(b, workloadB(), 50_000, kindStrongest) }
+func BenchmarkWorkloadB_Design6(b *testing.B)   { benchDesign(b, workloadB(), 50_000, kindDesign6) }
 
-func BenchmarkWorkloadB_Strongest(b *testing.B) {
-	newBenchEnv(b, workloadB(), 50_000, true).run(b, kindStrongest)
-}
-
-func BenchmarkWorkloadB_Design6(b *testing.B) {
-	e := newBenchEnv(b, workloadB(), 50_000, true)
-	e.spec.batch = 500
-	e.run(b, kindDesign6)
+// benchDesign runs design k on n records of pt's stream (the micro-batch
+// baseline at its default batch of 500).
+func benchDesign(b *testing.B, pt point, n int, k kind) {
+	e := newBenchEnv(b, pt, n, true)
+	if k == kindDesign6 {
+		e.spec.batch = 500
+	}
+	e.run(b, k)
 }
 
 // BenchmarkWorkloadB_Floor: B's CPU floor on the embedded broker, 50,000
@@ -116,19 +137,9 @@ func BenchmarkWorkloadB_Floor(b *testing.B) {
 
 // BenchmarkWorkloadA_Chain, _Strongest and _Design6: workload A (I/O-bound,
 // skewed), 4,000 records.
-func BenchmarkWorkloadA_Chain(b *testing.B) {
-	newBenchEnv(b, workloadA(), 4_000, true).run(b, kindChain)
-}
-
-func BenchmarkWorkloadA_Strongest(b *testing.B) {
-	newBenchEnv(b, workloadA(), 4_000, true).run(b, kindStrongest)
-}
-
-func BenchmarkWorkloadA_Design6(b *testing.B) {
-	e := newBenchEnv(b, workloadA(), 4_000, true)
-	e.spec.batch = 500
-	e.run(b, kindDesign6)
-}
+func BenchmarkWorkloadA_Chain(b *testing.B)     { benchDesign(b, workloadA(), 4_000, kindChain) }
+func BenchmarkWorkloadA_Strongest(b *testing.B) { benchDesign(b, workloadA(), 4_000, kindStrongest) }
+func BenchmarkWorkloadA_Design6(b *testing.B)   { benchDesign(b, workloadA(), 4_000, kindDesign6) }
 
 // BenchmarkCeiling_Raw and _NoopChain: a plain sarama consumer group and the
 // one-stage no-op chain over 100,000 records.

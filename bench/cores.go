@@ -8,9 +8,8 @@ import (
 
 // The cores sweep (Options.Cores) measures the chain and the strongest
 // micro-batch on workload B at each GOMAXPROCS in turn, to show how each
-// scales with cores. It runs in this process: the designs do (only the
-// ceiling passes have a child-process mode), GOMAXPROCS can be changed
-// between runs, and the embedded broker, in the same process, is then
+// scales with cores. It runs in this process, as every run does:
+// GOMAXPROCS can be changed between runs, and the embedded broker, in the same process, is then
 // held to the same cores as the design it serves — the machine has n
 // cores, broker included. A real cluster's brokers keep theirs.
 

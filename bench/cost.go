@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,63 +24,6 @@ type limiter struct {
 	// inUse counts held slots; idle sums the time none was held (ns),
 	// idleSince is when the last slot was freed (unix ns; 0: one is held).
 	inUse, idle, idleSince atomic.Int64
-	// chains times every key×stage chain (see chainTimes).
-	chains chainTimes
-}
-
-// chainTimes is where the time of each key×stage chain went — one key's
-// records of one stage, which every correct design runs one after another
-// (the pipelined bound's longest chain is one of them): the costs asked,
-// the time the cost timers waited, the waits for a slot of W, and the gaps
-// between one record's end and the next one's call (the engine's part:
-// the record was not read, not released by its gate, or no worker took
-// it). A chain's records do not overlap, so each gap is well defined.
-type chainTimes struct {
-	mu sync.Mutex
-	m  map[chainID]*chainTime
-}
-
-type chainID struct{ key, typ string }
-
-type chainTime struct {
-	n                         int
-	asked, waited, slot, gaps time.Duration
-	first, last               time.Time // the first record's call, the last one's end
-}
-
-func (c *chainTimes) add(key, typ string, called, acquired, end time.Time, asked, waited time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[chainID]*chainTime{}
-	}
-	t := c.m[chainID{key, typ}]
-	if t == nil {
-		t = &chainTime{first: called}
-		c.m[chainID{key, typ}] = t
-	} else if called.After(t.last) {
-		t.gaps += called.Sub(t.last)
-	}
-	t.n++
-	t.asked += asked
-	t.waited += waited
-	t.slot += acquired.Sub(called)
-	t.last = end
-}
-
-// explain says where the time of the longest key×stage chain of the run's
-// input went, against the run's window [start, start+elapsed]: the
-// critical path of the pipelined bound when that chain sets it.
-func (c *chainTimes) explain(key, typ string, start time.Time, elapsed time.Duration) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.m[chainID{key, typ}]
-	if t == nil || t.asked <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("longest key×stage chain (%s %s, %d records): cost %.2fs, timers waited %.2fs (%+.0f%%), slot waits %.2fs, gaps between its records %.2fs; from %.2fs to %.2fs of %.2fs",
-		typ, key, t.n, t.asked.Seconds(), t.waited.Seconds(), 100*(float64(t.waited)/float64(t.asked)-1), t.slot.Seconds(), t.gaps.Seconds(),
-		t.first.Sub(start).Seconds(), t.last.Sub(start).Seconds(), elapsed.Seconds())
 }
 
 // acquired and released track the time no slot is held (DesignResult.Idle).
@@ -136,7 +77,6 @@ type costProcessor struct {
 }
 
 func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chain.Event) error {
-	called := time.Now()
 	select {
 	case c.lim.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -154,9 +94,7 @@ func (c *costProcessor) Process(ctx context.Context, pc *chain.Context, ev *chai
 		if err := waitCost(ctx, d); err != nil {
 			return err
 		}
-		got := time.Since(t0)
-		c.lim.waitedFor(d, got)
-		defer func() { c.lim.chains.add(string(ev.Key), ev.Type, called, held, time.Now(), d, got) }() // after the processor
+		c.lim.waitedFor(d, time.Since(t0))
 	}
 	return c.inner.Process(ctx, pc, ev)
 }
@@ -215,15 +153,4 @@ type countingDecoder struct {
 func (d countingDecoder) Decode(r *chain.Record) (chain.Decoded, error) {
 	d.prog.consumed()
 	return d.inner.Decode(r)
-}
-
-// joinNote appends b to the note a ("; " between them).
-func joinNote(a, b string) string {
-	switch {
-	case b == "":
-		return a
-	case a == "":
-		return b
-	}
-	return a + "; " + b
 }

@@ -66,19 +66,6 @@ type CPUFloor struct {
 	// EmbeddedBroker: the broker ran in this process, and its work serving
 	// the consume and produce passes is in their CPU.
 	EmbeddedBroker bool `json:"embedded_broker"`
-	// ChainOfBound, StrongestOfBound and Design6OfBound are the designs'
-	// measured throughput ÷ BoundRPS.
-	ChainOfBound     *float64 `json:"chain_of_bound,omitempty"`
-	StrongestOfBound *float64 `json:"strongest_of_bound,omitempty"`
-	Design6OfBound   *float64 `json:"design6_of_bound,omitempty"`
-	// ChainFloorShare, StrongestFloorShare and Design6FloorShare are
-	// FloorUs ÷ the design's CPU per input record: the share of its CPU
-	// the floor's work would take. Unlike the fractions of the bound they
-	// do not depend on how many of the cores the design got (on a machine
-	// shared with other work, fewer than Cores).
-	ChainFloorShare     *float64 `json:"chain_floor_share,omitempty"`
-	StrongestFloorShare *float64 `json:"strongest_floor_share,omitempty"`
-	Design6FloorShare   *float64 `json:"design6_floor_share,omitempty"`
 }
 
 // floorParts is one pass of each part: CPU per input record.
@@ -112,18 +99,6 @@ func newCPUFloor(records, cores int, passes []floorParts) *CPUFloor {
 		f.BoundRPS = float64(cores) / (f.FloorUs / 1e6)
 	}
 	return f
-}
-
-// of sets the designs' fractions of the bound.
-func (f *CPUFloor) of(chainRun, strongest, design6 *DesignResult) {
-	frac := func(d *DesignResult) *float64 {
-		if d == nil || f.BoundRPS <= 0 {
-			return nil
-		}
-		return ratio(d.ThroughputRPS, f.BoundRPS)
-	}
-	f.ChainOfBound, f.StrongestOfBound, f.Design6OfBound = frac(chainRun), frac(strongest), frac(design6)
-	f.ChainFloorShare, f.StrongestFloorShare, f.Design6FloorShare = f.share(chainRun), f.share(strongest), f.share(design6)
 }
 
 // share is FloorUs ÷ d's CPU per input record, for the rows the floor
@@ -417,7 +392,6 @@ func (h *harness) floorAndCores(ctx context.Context, pr *pointRun, wr *WorkloadR
 	if wr.Floor, err = h.cpuFloor(ctx, pr.pt, in, passes); err != nil {
 		return err
 	}
-	wr.Floor.of(wr.Chain, wr.Strongest, wr.Design6)
 	if len(h.o.Cores) == 0 {
 		return nil
 	}
@@ -452,8 +426,10 @@ func (f *CPUFloor) fraction(d *DesignResult) *float64 {
 	return nil
 }
 
-// write prints the floor's parts and bound.
-func (f *CPUFloor) write(b *strings.Builder) {
+// write prints the floor's parts and bound, and the fractions of it of
+// the designs measured with it (the chain, the strongest micro-batch,
+// the micro-batch baseline; any of them nil).
+func (f *CPUFloor) write(b *strings.Builder, designs ...*DesignResult) {
 	if f == nil {
 		return
 	}
@@ -470,12 +446,9 @@ func (f *CPUFloor) write(b *strings.Builder) {
 	fmt.Fprintf(tw, "    floor\t%6.2f µs\n", f.FloorUs)
 	tw.Flush()
 	fmt.Fprintf(b, "  CPU bound: %d cores (GOMAXPROCS) ÷ floor = %.0f records/s", f.Cores, f.BoundRPS)
-	for _, x := range []struct {
-		name     string
-		v, share *float64
-	}{{"chain", f.ChainOfBound, f.ChainFloorShare}, {"strongest micro-batch", f.StrongestOfBound, f.StrongestFloorShare}, {"micro-batch baseline", f.Design6OfBound, f.Design6FloorShare}} {
-		if x.v != nil {
-			fmt.Fprintf(b, "; %s at %.2f of it (floor ÷ its cpu per record %s)", x.name, *x.v, optf(x.share, "%.2f"))
+	for _, d := range designs {
+		if v := f.fraction(d); v != nil {
+			fmt.Fprintf(b, "; %s at %.2f of it (floor ÷ its cpu per record %s)", designLabel(d), *v, optf(f.share(d), "%.2f"))
 		}
 	}
 	b.WriteString("\n")

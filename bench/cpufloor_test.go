@@ -97,17 +97,15 @@ func TestCPUFloorMedianBoundAndFractions(t *testing.T) {
 	// 36 µs of CPU per record: twice the floor.
 	chainRun := &DesignResult{Design: string(kindChain), ThroughputRPS: f.BoundRPS / 2, Records: 1000, CPUs: 0.036}
 	strong := &DesignResult{Design: string(kindStrongest), ThroughputRPS: f.BoundRPS / 4}
-	f.of(chainRun, strong, nil)
-	require.InDelta(t, 0.5, *f.ChainOfBound, 1e-12)
-	require.InDelta(t, 0.25, *f.StrongestOfBound, 1e-12)
-	require.Nil(t, f.Design6OfBound)
-	require.InDelta(t, 0.5, *f.ChainFloorShare, 1e-9)
-	require.Nil(t, f.StrongestFloorShare, "no CPU measured")
+	require.InDelta(t, 0.25, *f.fraction(strong), 1e-12)
+	require.Nil(t, f.fraction(nil))
+	require.InDelta(t, 0.5, *f.share(chainRun), 1e-9)
+	require.Nil(t, f.share(strong), "no CPU measured")
 	require.InDelta(t, 0.5, *f.fraction(chainRun), 1e-12)
 	require.Nil(t, f.fraction(&DesignResult{Design: string(kindRaw), ThroughputRPS: 1}), "the raw consumer does not do the floor's work")
 
 	var b strings.Builder
-	f.write(&b)
+	f.write(&b, chainRun, strong, nil)
 	require.Contains(t, b.String(), "18.00 µs")
 	require.Contains(t, b.String(), "chain at 0.50 of it (floor ÷ its cpu per record 0.50)")
 }

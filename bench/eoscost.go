@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/kafka"
-	"github.com/differential-dev/differential/processors/attribution"
-	"github.com/differential-dev/differential/store"
 )
 
 // The delivery guarantees the exactly-once cost table (Options.EOSCost)
@@ -37,15 +34,10 @@ const (
 
 // CostResult is the exactly-once cost table of one workload
 // (WorkloadResult.EOSCost): the chain in each guarantee at each commit
-// interval, on the same stream, with the same gate scope.
+// interval, on the same stream, with the same gate scope (Options.Gate).
 type CostResult struct {
-	// Gate is the gate scope every row of the table ran with: Options.Gate,
-	// unless chain.New refuses exactly-once with it; then the
-	// partition-scoped gate for both guarantees, so that the cost column
-	// compares the guarantees alone, and GateNote says why.
-	Gate     string    `json:"gate"`
-	GateNote string    `json:"gate_note,omitempty"`
-	Rows     []CostRow `json:"rows"`
+	Gate string    `json:"gate"`
+	Rows []CostRow `json:"rows"`
 }
 
 // CostRow is one commit interval: one cell per guarantee (in
@@ -114,42 +106,6 @@ func (r *CostRow) cell(g string) *CostCell {
 	return nil
 }
 
-// eosGate is the gate scope the cost table runs with: want, unless
-// chain.New refuses exactly-once with it (exactly-once with the
-// key-scoped gate is being made to work); then the partition-scoped gate,
-// and why. Asked of chain.New itself, with stand-ins that are never
-// called, so the table uses want as soon as the chain accepts it.
-func eosGate(cfg attribution.Config, want chain.GateScope, workers int) (chain.GateScope, string) {
-	try := func(g chain.GateScope) error {
-		_, err := attribution.NewChainWith(cfg, attribution.Wiring{KeyConcurrency: workers, Gate: g},
-			chain.WithStore(store.NewMemory()), chain.WithChangelog(probeChangelog{}), chain.WithExactlyOnce(probeTxn{}),
-			chain.WithOutputTopic("out"), chain.WithDLQTopic("dlq"))
-		return err
-	}
-	err := try(want)
-	if err == nil || want == chain.GatePartition || try(chain.GatePartition) != nil {
-		return want, ""
-	}
-	return chain.GatePartition, fmt.Sprintf("exactly-once with the %s gate refused by chain.New (%v)", want, err)
-}
-
-var errProbe = errors.New("bench: the gate probe's stand-in is never used")
-
-type probeTxn struct{}
-
-func (probeTxn) Produce(_ context.Context, _ []chain.Message, done func(error)) { done(errProbe) }
-func (probeTxn) AppendChangelog(context.Context, string, int32, []chain.ChangelogRecord) (int64, error) {
-	return 0, errProbe
-}
-func (probeTxn) Commit(context.Context, []chain.TxnOffset) error { return errProbe }
-func (probeTxn) Abort(context.Context) error                     { return errProbe }
-
-type probeChangelog struct{}
-
-func (probeChangelog) Partition(string, int32) (chain.ChangelogPartition, error) {
-	return nil, errProbe
-}
-
 // runCost measures the exactly-once cost table at one point: for each
 // commit interval, the chain in each guarantee (Pebble state and a
 // changelog in both, as `differential run` does by default), each a
@@ -160,14 +116,11 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 	t0 := time.Now()
 	pr := h.newPointRun(pt)
 	defer pr.close()
-	gate, note := eosGate(h.cfg, h.o.Gate, pt.workers)
-	cr := &CostResult{Gate: string(gate), GateNote: note}
+	gate := h.o.Gate
+	cr := &CostResult{Gate: string(gate)}
 	wr := &WorkloadResult{Workload: pt.name, Partitions: pt.wc.Partitions, Workers: pt.workers, Gate: string(gate),
 		DurationS: h.o.Duration.Seconds(), CommitInterval: fmt.Sprint(h.o.CommitIntervals), EOSCost: cr}
 	h.progressf("workload %s P=%d W=%d, exactly-once cost (gate %s): %s (generated in %v)", pt.name, pt.wc.Partitions, pt.workers, gate, pr.st, time.Since(t0).Round(time.Millisecond))
-	if note != "" {
-		h.progressf("  %s: both guarantees use the %s gate", note, gate)
-	}
 	hint := chainGuess(pt)
 	for _, iv := range h.o.CommitIntervals {
 		row := CostRow{CommitInterval: iv.String()}
@@ -218,30 +171,15 @@ func (h *harness) runCost(ctx context.Context, pt point) (*WorkloadResult, error
 // keeps the measured records' commits regular cycles, not the final one
 // of the stop).
 func (h *harness) costLatency(ctx context.Context, pr *pointRun, v *chainVariant, rate float64) (*LatencyResult, error) {
-	d := max(h.o.LatencyDuration, 3*v.commitInterval).Seconds()
-	tail := max(latencyTail, v.commitInterval*3/2).Seconds()
-	warm := max(int(rate), 100)
-	n := max(int(rate*(d+tail)), 2)
-	if warm+n > len(pr.st.recs) {
-		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
-			return nil, err
-		}
-	}
-	measured := max(int(float64(n)*d/(d+tail)), 1)
-	recs := pr.st.recs[:warm+n]
-	exp := newExpectation(recs, pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
-	topic, err := h.c.createTopic("lat", pr.pt.wc.Partitions)
+	li, err := h.latencyInput(pr, rate, max(h.o.LatencyDuration, 3*v.commitInterval), max(latencyTail, v.commitInterval*3/2))
 	if err != nil {
 		return nil, err
 	}
-	defer h.c.deleteTopics(topic)
-	r, err := h.measure(ctx, runSpec{kind: kindChain, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp,
-		variant: v, paceRate: rate, warm: warm, measured: measured})
+	r, err := h.latencyRun(ctx, li, runSpec{kind: kindChain, variant: v})
 	if r == nil {
 		return nil, err
 	}
-	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-		Checkpoints: r.Syncs, Commits: r.Commits}, err
+	return r.latencyResult(), err
 }
 
 // costWiring builds a cost-table run's delivery: a changelog (both
@@ -349,12 +287,7 @@ func (a *ackTransactor) Produce(ctx context.Context, msgs []chain.Message, done 
 		a.inner.Produce(ctx, msgs, done)
 		return
 	}
-	srcs := make([]source, 0, len(msgs))
-	for i := range msgs {
-		if s, ok := sourceOf(msgs[i].Headers); ok {
-			srcs = append(srcs, s)
-		}
-	}
+	srcs := sourcesOf(msgs)
 	a.inner.Produce(ctx, msgs, func(err error) {
 		if err == nil && len(srcs) > 0 {
 			a.mu.Lock()
@@ -470,9 +403,6 @@ func (c *CostResult) targets(workload string) []Target {
 		if *r.Cost <= CostTarget && !steady {
 			t.Why = "a run was not steady state (shorter than 12.5 commit intervals, or fewer than 10 checkpoints on the busiest partition or 10 commits)"
 		}
-		if c.GateNote != "" {
-			t.Note = "both guarantees with the " + c.Gate + " gate: " + c.GateNote
-		}
 		ts = append(ts, t)
 	}
 	return ts
@@ -485,7 +415,7 @@ func (r *Report) writeCost(b *strings.Builder) {
 	fmt.Fprintf(b, "exactly-once cost table: guarantees %v at commit intervals %s; the chain with Pebble state and a changelog in both (as `differential run`)\n",
 		r.Guarantees, r.CommitIntervals)
 	fmt.Fprintf(b, "every throughput run lasts ≥ max(%.2fs, 12.5 commit intervals) and holds ≥ 10 checkpoints and 10 commits; latency runs at %.0f%% of the row's slower cell, for max(latency duration, 3 intervals); idle release %s\n",
-		r.Duration, 100*r.LatencyLoad, r.IdleTimeout)
+		r.Duration.Seconds(), 100*r.LatencyLoad, r.IdleTimeout)
 	b.WriteString("exactly-once latency: input handed to the producer → the transaction holding its output committed (visible to read_committed); at-least-once: → output acknowledged\n")
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
@@ -494,9 +424,6 @@ func (r *Report) writeCost(b *strings.Builder) {
 			continue
 		}
 		fmt.Fprintf(b, "\nworkload %s: %d partitions, W=%d, gate %s\n", wr.Workload, wr.Partitions, wr.Workers, c.Gate)
-		if c.GateNote != "" {
-			fmt.Fprintf(b, "  %s: both guarantees use the %s gate\n", c.GateNote, c.Gate)
-		}
 		fmt.Fprintf(b, "  stream: %s\n", wr.Params)
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  interval\tguarantee\trecords\trec/s\telapsed\tsteady\tckpt busiest\tcommits\tcpu s\tW busy (all idle)\tcorrect\tp50 ms\tp99 ms\tlatency correct\tchangelog appends; transactions (commit path: first append → EndTxn done)\n")

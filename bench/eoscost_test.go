@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
-	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // TestEOSCostQuick runs the exactly-once cost table at tiny sizes (on the
@@ -25,15 +23,7 @@ import (
 // partition, ten commits); the exactly-once runs really ran transactions,
 // the at-least-once runs none; the cost is 1 − eos ÷ alo.
 func TestEOSCostQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the cost table at tiny sizes (about a minute)")
-	}
-	var brokers []string
-	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
-		brokers = strings.Split(env, ",")
-	}
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "results", "eos.json")
+	brokers, dir, jsonPath := endToEnd(t, "runs the cost table at tiny sizes (about a minute)", "eos.json")
 	intervals := []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}
 	o := Options{EOSCost: true, Quick: true, Brokers: brokers, Dir: dir, JSONPath: jsonPath, Partitions: 4, Workers: 16,
 		CommitIntervals: intervals, LatencyDuration: 300 * time.Millisecond}
@@ -58,9 +48,7 @@ func TestEOSCostQuick(t *testing.T) {
 		require.Nil(t, w.Chain, "the cost table measures no design comparison")
 		c := w.EOSCost
 		require.NotNil(t, c, w.Workload)
-		gate, _ := eosGate(attributionConfig(), o.Gate, o.Workers)
-		require.Equal(t, string(gate), c.Gate, "the gate chain.New accepts with exactly-once")
-		require.Equal(t, gate != o.Gate, c.GateNote != "", "a fallback says why")
+		require.Equal(t, string(chain.GateKey), c.Gate, "Options.Gate's default")
 		require.Len(t, c.Rows, len(intervals), w.Workload)
 		for j, row := range c.Rows {
 			iv := intervals[j]

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -11,7 +10,7 @@ import (
 
 // The cascaded event-time floor: the least latency any engine
 // that follows the gate rules of DESIGN.md "Mechanisms" can have on the run's own arrival
-// times. The one-horizon floor (latencyFloor) lets an output go as soon as
+// times. A one-horizon floor would let an output go as soon as
 // the record that carries the partition's stream time past t+Lateness
 // arrives (or the partition goes quiet for IdleTimeout), plus the record's
 // own cost. But a follower waits for its leader's *completion* (DESIGN.md "Mechanisms"
@@ -183,8 +182,8 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 	return done
 }
 
-// cascadeFloors returns, for the same outputs as latencyFloors, the
-// cascaded floor under rule: the earliest completion cascadeDone allows at
+// cascadeFloors returns, for every acknowledged output of an input sent in
+// [from, to] (unix ns), the cascaded floor under rule: the earliest completion cascadeDone allows at
 // the output's own stage − when its input was sent, sorted.
 func cascadeFloors(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) []time.Duration {
 	cache := map[int32][3][]int64{}
@@ -205,7 +204,7 @@ func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule,
 	if int(p) >= len(f.sentAt) || int(p) >= len(e.paths) || o >= int64(len(f.sentAt[p])) || o >= int64(len(e.paths[p])) {
 		return 0, false
 	}
-	if _, ok := e.gate[a.src]; !ok {
+	if _, ok := e.outputs[a.src]; !ok {
 		return 0, false
 	}
 	sent := f.sentAt[p][o].Load()
@@ -226,66 +225,4 @@ func cascadeFloor(a ack, f *feeder, from, to int64, e *expectation, r floorRule,
 		cache[p] = d
 	}
 	return max(time.Duration(d[st][o]-sent), 0), true
-}
-
-// cascadeText is the progress line's account of the chain's latency against
-// the floors: per output, latency − one-horizon floor split into what the
-// rules' cascade adds (cascaded − one-horizon floor) and what is left
-// (latency − cascaded floor); and, among the outputs at or above the
-// chain's p99, how many the cascade binds (its floor is above the
-// one-horizon floor by more than half the excess).
-func cascadeText(acks []ack, f *feeder, from, to int64, e *expectation, r floorRule) string {
-	cr := map[int32][3][]int64{}
-	type row struct {
-		lat, one, rules time.Duration
-		stage           int
-		idle            bool
-	}
-	var rows []row
-	for _, a := range acks {
-		one, viaIdle, ok := latencyFloor(a, f, from, to, e, r.idle)
-		if !ok {
-			continue
-		}
-		rules, ok := cascadeFloor(a, f, from, to, e, r, cr)
-		if !ok {
-			continue
-		}
-		lat := time.Duration(a.at - f.sentAt[a.src.partition][a.src.offset].Load())
-		rows = append(rows, row{lat, one, rules, e.paths[a.src.partition][a.src.offset].stage, viaIdle})
-	}
-	if len(rows) == 0 {
-		return ""
-	}
-	slices.SortFunc(rows, func(x, y row) int { return int(x.lat - y.lat) })
-	q := func(g func(row) time.Duration) (float64, float64) {
-		v := make([]time.Duration, len(rows))
-		for i := range rows {
-			v[i] = g(rows[i])
-		}
-		slices.Sort(v)
-		return ms(quantile(v, 0.5)), ms(quantile(v, 0.99))
-	}
-	rp50, rp99 := q(func(x row) time.Duration { return x.rules })
-	ca50, ca99 := q(func(x row) time.Duration { return x.rules - x.one })
-	le50, le99 := q(func(x row) time.Duration { return x.lat - x.rules })
-	tail := rows[min(max(int(math.Ceil(0.99*float64(len(rows))))-1, 0), len(rows)-1):]
-	var byRules int
-	for _, x := range tail {
-		if ex := x.lat - x.one; ex > 0 && x.rules-x.one > ex/2 {
-			byRules++
-		}
-	}
-	worst := ""
-	for i := len(rows) - 1; i >= max(len(rows)-6, 0); i-- {
-		x := rows[i]
-		how := "record"
-		if x.idle {
-			how = "idle"
-		}
-		worst += fmt.Sprintf(" [stage %d %s-opened: latency %.1f, floors %.1f/%.1f]", x.stage, how, ms(x.lat), ms(x.one), ms(x.rules))
-	}
-	return fmt.Sprintf(" (%s-gate cascaded floor p50 %.1fms p99 %.1fms, above the one-horizon floor p50 %.1fms p99 %.1fms; latency above it p50 %.1fms p99 %.1fms;"+
-		" of the %d outputs at/above the chain's p99, %d bound by the cascade; slowest (ms; floors one-horizon/cascaded):%s)",
-		r.scope, rp50, rp99, ca50, ca99, le50, le99, len(tail), byRules, worst)
 }

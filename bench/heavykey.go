@@ -389,15 +389,10 @@ func (r *heavyRun) history() error {
 	if err := r.checkpoint(); err != nil {
 		return err
 	}
-	entries, err := r.db.Entries("events", r.rep.Partition)
+	snap, err := r.usable(hp.stream[len(hp.stream)-1])
 	if err != nil {
 		return err
 	}
-	snap, err := attribution.SnapshotOf(entries)
-	if err != nil {
-		return err
-	}
-	snap = reference.Usable(snap, hp.stream[len(hp.stream)-1], r.cfg)
 	r.rep.HeavyClicks, r.rep.HeavyInstalls = 0, 0
 	for _, c := range snap.Clicks {
 		if c.UserID == workload.HeavyKey {
@@ -476,18 +471,27 @@ func (r *heavyRun) verify(recs []workload.Record) error {
 			}
 		}
 	}
-	entries, err := r.db.Entries("events", r.rep.Partition)
+	snap, err := r.usable(ref.StreamTime)
 	if err != nil {
 		return err
 	}
-	snap, err := attribution.SnapshotOf(entries)
-	if err != nil {
-		return err
-	}
-	if got, want := reference.Usable(snap, ref.StreamTime, r.cfg).String(), ref.Final.String(); got != want {
+	if got, want := snap.String(), ref.Final.String(); got != want {
 		return fmt.Errorf("%w: heavy key run: the final state differs from the reference model's", ErrIncorrect)
 	}
 	return nil
+}
+
+// usable is the heavy partition's stored state usable at stream time at.
+func (r *heavyRun) usable(at time.Time) (attribution.Snapshot, error) {
+	entries, err := r.db.Entries("events", r.rep.Partition)
+	if err != nil {
+		return attribution.Snapshot{}, err
+	}
+	snap, err := attribution.SnapshotOf(entries)
+	if err != nil {
+		return attribution.Snapshot{}, err
+	}
+	return reference.Usable(snap, at, r.cfg), nil
 }
 
 // WriteTable writes the report as text tables.

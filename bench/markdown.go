@@ -29,8 +29,7 @@ func WriteMarkdown(w io.Writer, ws []WorkloadResult) error {
 	for i := range ws {
 		wr := &ws[i]
 		label := fmt.Sprintf("%s: %d partitions, W=%d", wr.Workload, wr.Partitions, wr.Workers)
-		rows := append(append([]*DesignResult(nil), wr.variants()...), wr.Strongest, wr.Design6, wr.PollingChain, wr.Raw, wr.NoopChain)
-		for _, d := range rows {
+		for _, d := range wr.rows() {
 			if d == nil {
 				continue
 			}

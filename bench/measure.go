@@ -217,6 +217,17 @@ func sourceOf(hs []chain.Header) (source, bool) {
 	return source{}, false
 }
 
+// sourcesOf is the sources of msgs that carry one.
+func sourcesOf(msgs []chain.Message) []source {
+	srcs := make([]source, 0, len(msgs))
+	for i := range msgs {
+		if s, ok := sourceOf(msgs[i].Headers); ok {
+			srcs = append(srcs, s)
+		}
+	}
+	return srcs
+}
+
 // ack is one output's acknowledgement.
 type ack struct {
 	src source
@@ -248,12 +259,7 @@ func (a *ackProducer) Produce(ctx context.Context, msgs []chain.Message, done fu
 		return
 	}
 	called := time.Now().UnixNano()
-	srcs := make([]source, 0, len(msgs))
-	for i := range msgs {
-		if s, ok := sourceOf(msgs[i].Headers); ok {
-			srcs = append(srcs, s)
-		}
-	}
+	srcs := sourcesOf(msgs)
 	a.inner.Produce(ctx, msgs, func(err error) {
 		if err == nil && len(srcs) > 0 {
 			now := time.Now().UnixNano()
@@ -305,92 +311,6 @@ func producePath(acks []ack, f *feeder, from, to int64) []time.Duration {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// latencyFloors returns, for the same outputs as latencies, the least
-// latency either design can have given when inputs were sent: the time from
-// sending the input until its event-time gate opens — when the record that
-// raises the partition's stream time past t+Lateness is sent, or when the
-// partition has been quiet for IdleTimeout (idle release), whichever is
-// first — plus its own cost.
-func latencyFloors(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) []time.Duration {
-	out := make([]time.Duration, 0, len(acks))
-	for _, a := range acks {
-		if fl, _, ok := latencyFloor(a, f, from, to, e, idle); ok {
-			out = append(out, fl)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// floorExcess splits the outputs latencyFloors measures by how their gate
-// opens (idle release or a later record) and returns, for each group, its
-// latencies above the floor (latency − floor), sorted: where a design's
-// latency above the floor goes. The record-opened ones are split by the
-// input's stage (1: install, 2: purchase).
-func floorExcess(acks []ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (byIdle []time.Duration, byRecord [3][]time.Duration) {
-	for _, a := range acks {
-		fl, viaIdle, ok := latencyFloor(a, f, from, to, e, idle)
-		if !ok {
-			continue
-		}
-		x := time.Duration(a.at-f.sentAt[a.src.partition][a.src.offset].Load()) - fl
-		if viaIdle {
-			byIdle = append(byIdle, x)
-		} else {
-			st := 0
-			if ps := e.paths[a.src.partition]; a.src.offset < int64(len(ps)) {
-				st = min(max(ps[a.src.offset].stage, 0), 2)
-			}
-			byRecord[st] = append(byRecord[st], x)
-		}
-	}
-	slices.Sort(byIdle)
-	for i := range byRecord {
-		slices.Sort(byRecord[i])
-	}
-	return byIdle, byRecord
-}
-
-// latencyFloor is one output's floor (see latencyFloors) and whether the
-// idle release opens its gate.
-func latencyFloor(a ack, f *feeder, from, to int64, e *expectation, idle time.Duration) (floor time.Duration, viaIdle, ok bool) {
-	p, o := a.src.partition, a.src.offset
-	if int(p) >= len(f.sentAt) || o >= int64(len(f.sentAt[p])) {
-		return 0, false, false
-	}
-	sent := f.sentAt[p][o].Load()
-	g, ok := e.gate[a.src]
-	if sent < from || sent > to || !ok {
-		return 0, false, false
-	}
-	if g.after < 0 {
-		g.after = int64(len(f.sentAt[p])) // only the idle release opens it
-	}
-	wait := time.Duration(0)
-	if g.after > o {
-		n := int64(len(f.sentAt[p]))
-		open, prev := int64(-1), sent
-		for k := o + 1; k <= g.after && k < n; k++ {
-			at := f.sentAt[p][k].Load()
-			if time.Duration(at-prev) > idle {
-				open = prev + int64(idle)
-				break
-			}
-			if k == g.after {
-				open = at
-				break
-			}
-			prev = at
-		}
-		if open < 0 {
-			open = prev + int64(idle)
-		}
-		viaIdle = open != f.sentAt[p][min(g.after, n-1)].Load() || g.after >= n
-		wait = max(time.Duration(open-sent), 0)
-	}
-	return wait + g.cost, viaIdle, true
 }
 
 // quantile is the nearest-rank q-quantile of sorted durations.

@@ -15,166 +15,111 @@ import (
 	"github.com/differential-dev/differential/processors/attribution"
 )
 
-// Options configures Run. The CLI's flags map one to one to these fields;
-// every zero value means the default stated on the field.
+// Options configures Run. The CLI's flags map one to one to these fields
+// (docs/cli.md gives each flag's meaning); every zero value means the
+// default stated on the field. docs/benchmark.md describes the method.
 type Options struct {
 	// Brokers are bootstrap addresses of a real cluster. Empty: an embedded,
 	// in-process kfake cluster (internal/embedded) is started and closed.
 	Brokers []string
-	// Workloads to run, any of "A", "B", "C" (see Workloads). Default all.
+	// Workloads to run, any of Workloads ("A", "B", "C"). Default all.
 	Workloads []string
-	// Duration is the least measured duration of every throughput run:
-	// each design run consumes a prefix of the point's stream sized by its
-	// own throughput so that it lasts at least this long (sized by time,
-	// not by a record count). Default 12.5 × CommitInterval (2.5s; Quick
-	// 0.625s); at least 10 × CommitInterval, so that the chain pays ten or
-	// more checkpoints and commits of every busy partition in every run.
+	// Duration is the least measured duration of every throughput run: each
+	// design run consumes a prefix of the point's stream sized by its own
+	// throughput to last this long. Default 12.5 × CommitInterval; at least
+	// 10 ×, so that the chain pays ten checkpoints and commits in every run.
 	Duration time.Duration
-	// CommitInterval is the chain's checkpoint and commit interval
-	// (chain.WithCommitInterval) in every run. Default 200ms (Quick 50ms);
-	// the engine's own default is 1s. Shorter costs the chain more
-	// checkpoints, not fewer.
+	// CommitInterval is the chain's checkpoint and commit interval in every
+	// run. Default 200ms (Quick 50ms).
 	CommitInterval time.Duration
-	// Records, when set, fixes the prefix every design run consumes,
-	// instead of sizing it by time; runs shorter than Duration are then
-	// reported as not steady.
+	// Records, when set, fixes every design run's prefix instead of sizing
+	// it by time; runs shorter than Duration are then not steady.
 	Records int
-	// Partitions of the input topic of A and B. Default 8. C sweeps its own.
-	Partitions int
-	// Workers is W, the cap on records in processing at once, across all
-	// partitions and stages, for every design (A and B). Default 64. C
-	// sweeps its own.
-	Workers int
-	// KeyConcurrency is the chain's key concurrency per stage
-	// (attribution.Wiring.KeyConcurrency) on A and B: how many of the
-	// stage's records of different keys may run at once, within the cap W.
-	// Default W. A CPU-bound workload gains nothing from more than about
-	// the cores and pays a worker hand-off per record: on B, 2 costs less
-	// CPU per record than 64 on a 2-core machine (docs/benchmark.md).
+	// Partitions of A's and B's input (default 8), and Workers the cap W on
+	// records in processing at once across all partitions and stages, for
+	// every design (default 64). C sweeps both.
+	Partitions, Workers int
+	// KeyConcurrency is the chain's key concurrency per stage on A and B
+	// (attribution.Wiring.KeyConcurrency), within W. Default W.
 	KeyConcurrency int
 	// Seed of the workload generator. Default 1.
 	Seed uint64
-	// CostMedian is the median of A's and C's per-record cost (log-normal,
-	// p99/p50 = 50), simulated by waiting. Default 1ms.
+	// CostMedian is the median of A's and C's simulated per-record cost
+	// (log-normal, p99/p50 = 50, a timer wait). Default 1ms.
 	CostMedian time.Duration
-	// Quick runs short (CI smoke test): CommitInterval 50ms (so Duration
-	// 0.625s), a two-size sweep, C at P=W=16 only, a 1s latency phase.
+	// Quick runs short (CI's smoke test): CommitInterval 50ms, a two-size
+	// sweep, C at P=W=16 only, a 1s latency phase.
 	Quick bool
-	// FullGrid runs C over all nine P × W points instead of its diagonal
-	// (P = W).
+	// FullGrid runs C over all nine P × W points, not only P = W.
 	FullGrid bool
 	// Repeats runs the chain and both baselines this many times,
-	// alternating (chain, DESIGN.md "The micro-batch baseline", strongest, chain, …); the run with the
-	// median throughput is reported. The sweep runs each size once.
-	// Default 1.
+	// alternating; the run with the median throughput is reported. Default 1.
 	Repeats int
-	// JSONPath, when set, receives the JSON report. Its folder is created,
+	// JSONPath, when set, receives the JSON report; its folder is created,
 	// and checked writable, before the run starts.
 	JSONPath string
-
-	// BatchSize is the micro-batch baseline's poll size in records, across
-	// all partitions. Default 500 (Kafka's max.poll.records default).
-	BatchSize int
-	// BatchLinger is how long a micro-batch baseline poll waits for BatchSize records
-	// after its first one. Default 100ms. (The strongest micro-batch does
-	// not linger: its poll returns what has arrived, as Kafka's does.)
+	// BatchSize is the micro-batch baseline's poll size in records (default
+	// 500, Kafka's max.poll.records), and BatchLinger how long its poll
+	// waits for a full batch (default 100ms; the strongest does not linger).
+	BatchSize   int
 	BatchLinger time.Duration
 	// SweepBatchSizes are the batch sizes the strongest micro-batch is
-	// measured at (each once, per workload A and B; C uses A's choice);
-	// the one with the highest throughput is the strongest. A size whose
-	// batch would last longer than 2 × Duration at the throughput measured
-	// so far is skipped (and reported so). Default 500, 2000, 8000, 32000
-	// (Quick: 500, 4000).
+	// measured at (per workload; C uses A's choice); the fastest is the
+	// strongest. A size whose one batch would last more than 2 × Duration
+	// is skipped. Default 500, 2000, 8000, 32000 (Quick 500, 4000).
 	SweepBatchSizes []int
-	// BufferSize is the chain's handoff buffer per partition
-	// (chain.WithBufferSize). Default chain.DefaultBufferSize (8192).
+	// BufferSize is the chain's handoff buffer per partition. Default
+	// chain.DefaultBufferSize.
 	BufferSize int
-	// Gate is the follower gate scope of the chain design's attribution
-	// chain (attribution.Wiring.Gate): chain.GateKey (the default; an
-	// install waits only for its own user's clicks) or chain.GatePartition.
-	Gate chain.GateScope
-	// OneGate measures the chain with Gate only. By default workloads A and
-	// C also measure it with the other scope (the row "chain/<scope>"), so
-	// a run compares both.
+	// Gate is the chain's follower gate scope: chain.GateKey (default) or
+	// chain.GatePartition. Unless OneGate, A and C also measure the chain
+	// under the other scope (the row "chain (<scope> gate)").
+	Gate    chain.GateScope
 	OneGate bool
-	// PollingBufferSize is the tiny buffer of the polling-fallback
-	// measurement (B): followers fall out of it and poll Kafka. Default 32.
+	// PollingBufferSize is the tiny buffer of B's polling-fallback run,
+	// whose followers fall out of it and poll Kafka. Default 32.
 	PollingBufferSize int
-	// IdleTimeout is the chain's idle release (chain.WithIdleTimeout) and the
-	// micro-batch's release of records it holds back for the event-time gate;
-	// it only matters at the end of the input. Default 100ms.
+	// IdleTimeout is both designs' idle release; it matters only at the end
+	// of the input. Default 100ms (EOSCost 500ms).
 	IdleTimeout time.Duration
-	// LatencyLoad is the offered load of the latency phase, as a fraction of
-	// the slower design's measured throughput in each comparison. Default
-	// 0.5.
-	LatencyLoad float64
-	// LatencyDuration is how long the latency phase feeds the input whose
-	// latency it measures (then up to 1s more, not measured). Default 6s
-	// (Quick 1s).
+	// LatencyLoad is the latency phase's offered load, a fraction of the
+	// slower design's throughput in each comparison (default 0.5), and
+	// LatencyDuration how long it feeds the measured input (default 6s,
+	// Quick 1s); NoLatency skips the phase.
+	LatencyLoad     float64
 	LatencyDuration time.Duration
-	// NoLatency skips the latency phase (throughput, CPU, heap and
-	// correctness only).
-	NoLatency bool
-	// Store is "pebble" (default: store.OpenPebble in a fresh directory
-	// under Dir per design run) or "memory".
-	Store string
-	// Dir is where Pebble directories go. Default os.TempDir().
-	Dir string
+	NoLatency       bool
+	// Store is "pebble" (default: a fresh directory under Dir per design
+	// run; Dir defaults to os.TempDir()) or "memory".
+	Store, Dir string
 	// Timeout bounds one design run (stall detection). Default 10m.
 	Timeout time.Duration
-	// Velocity > 0: workload B also runs the chain with the velocity stage
-	// (attribution.DefaultVelocity(Velocity)) after the plain chain in each
-	// repeat of the throughput phase, checks it, and reports its cost per
-	// record (see velocity.go). Default 0: not run.
+	// Velocity > 0: B also runs the chain with the velocity stage over this
+	// window after the plain chain in each repeat, checked, and reports its
+	// cost per record (velocity.go). Default 0: not run.
 	Velocity time.Duration
-	// EOSCost measures the exactly-once cost table instead of
-	// the design comparison: for each workload (A and B only; default B
-	// then A), each of CommitIntervals and each of Guarantees, the chain
-	// (Pebble state and a changelog, as `differential run` by default) in
-	// a throughput run sized by time — at least 12.5 of its commit
-	// intervals, ten checkpoints and ten commits — and a latency run, both
-	// checked against the reference model (exactly-once's outputs read
-	// read_committed). All rows use Gate, unless chain.New refuses
-	// exactly-once with it: then both guarantees use the partition-scoped
-	// gate, and the table says so.
-	EOSCost bool
-	// With EOSCost, IdleTimeout defaults to 500ms and Duration to 5s.
-	//
-	// Guarantees are the delivery guarantees of the cost table, any of
-	// GuaranteeAtLeastOnce and GuaranteeExactlyOnce. Default both. Only
-	// with EOSCost.
-	Guarantees []string
-	// CommitIntervals are the cost table's commit intervals. Default 100ms,
-	// 1s, 5s (Quick: 50ms, 100ms, 250ms). Only with EOSCost.
+	// EOSCost measures the exactly-once cost table instead of the design
+	// comparison: for workloads B and A (the default), each of
+	// CommitIntervals and Guarantees, the chain with Pebble state and a
+	// changelog in a throughput run sized by time and a latency run, all
+	// checked (exactly-once's outputs read read_committed). Duration then
+	// defaults to 5s. Guarantees: default both; CommitIntervals: default
+	// 50ms, 100ms, 250ms, 500ms, 1s (Quick the first three).
+	EOSCost         bool
+	Guarantees      []string
 	CommitIntervals []time.Duration
-	// FloorOnly measures, for workload B only (the default workloads are
-	// then B alone), its CPU floor (see CPUFloor) and, with Cores, the
-	// cores sweep; no design comparison. Without it every run of B
-	// measures the floor after its designs and reports each design's
-	// fraction of the bound.
+	// FloorOnly measures B's CPU floor (CPUFloor) and, with Cores, the
+	// cores sweep, with no design comparison (workloads: B only). Every
+	// run of B measures the floor anyway.
 	FloorOnly bool
-	// Cores, when set, is the cores sweep of workload B: the chain and the
-	// strongest micro-batch at each of these GOMAXPROCS values, each in
-	// [1, runtime.NumCPU()] (see CoresPoint). Default: no sweep.
+	// Cores is the cores sweep of B: the chain and the strongest
+	// micro-batch at each of these GOMAXPROCS values, each in [1,
+	// runtime.NumCPU()] (CoresPoint). Default: none.
 	Cores []int
-	// CeilingCommand, when set, is the argv prefix of a child process that
-	// runs one ceiling pass (B's raw consumer or one-stage no-op chain):
-	// it reads a CeilingSpec (JSON) on stdin and writes the DesignResult
-	// (JSON) on stdout, as ServeCeiling does — the CLI sets it to its own
-	// executable and its hidden `bench-ceiling` command. Every pass then
-	// runs in a fresh process with only its own heap, as a deployed
-	// consumer does (the embedded broker stays in this process, which the
-	// child reaches over TCP), and each pair is also run in this process
-	// for comparison (WorkloadResult.CeilingMethod says which figure is
-	// which). A child still running after Timeout (and a grace of a
-	// quarter of it, at most 10s) or when the context ends is killed.
-	// Empty (the default, and Go tests): the passes run in this process.
-	CeilingCommand []string
-	// Progress receives one line per step (the CLI passes stderr). Default:
-	// discard.
+	// Progress receives one line per step (the CLI passes stderr), Logger
+	// the engine's logs. Default: discard.
 	Progress io.Writer
-	// Logger receives the engine's and adapters' logs. Default: discard.
-	Logger *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Workloads are the workloads Run knows.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -12,33 +11,17 @@ import (
 	"github.com/differential-dev/differential/chain"
 )
 
-// Report is what Run measured.
+// Report is what Run measured, with the options it ran with (every
+// default filled in). Its JSON form (WriteJSON) is the workloads' array.
 type Report struct {
-	Started           time.Time        `json:"-"`
-	Broker            string           `json:"-"`
-	GoVersion         string           `json:"-"`
-	CPUs              int              `json:"-"`
-	GOMAXPROCS        int              `json:"-"`
-	Quick             bool             `json:"-"`
-	Store             string           `json:"-"`
-	Duration          float64          `json:"-"` // seconds
-	CommitInterval    string           `json:"-"`
-	Records           int              `json:"-"`
-	BatchSize         int              `json:"-"`
-	BatchLinger       string           `json:"-"`
-	SweepBatchSizes   []int            `json:"-"`
-	BufferSize        int              `json:"-"`
-	PollingBufferSize int              `json:"-"`
-	IdleTimeout       string           `json:"-"`
-	LatencyLoad       float64          `json:"-"`
-	Repeats           int              `json:"-"`
-	Workloads         []WorkloadResult `json:"-"`
-	Targets           []Target         `json:"-"`
-	// EOSCost: the run measured the exactly-once cost table
-	// (Options.EOSCost) with these guarantees and commit intervals.
-	EOSCost         bool     `json:"-"`
-	Guarantees      []string `json:"-"`
-	CommitIntervals string   `json:"-"`
+	Options    `json:"-"`
+	Started    time.Time        `json:"-"`
+	Broker     string           `json:"-"`
+	GoVersion  string           `json:"-"`
+	CPUs       int              `json:"-"`
+	GOMAXPROCS int              `json:"-"`
+	Workloads  []WorkloadResult `json:"-"`
+	Targets    []Target         `json:"-"`
 }
 
 // WorkloadResult is one workload at one partition and worker count: one
@@ -91,22 +74,12 @@ type WorkloadResult struct {
 
 	// RatioNoopRaw is the one-stage no-op chain ÷ raw consumer throughput,
 	// measured on a separate input of CeilingRecords records: the median
-	// of NoopRawBalanced. NoopRawPairs are the pairs' no-op ÷ raw (the two
-	// run back to back, the order alternating: raw first in the 1st, 3rd,
-	// … pair); NoopRawBalanced are the geometric means of consecutive
-	// pairs (1st and 2nd, 3rd and 4th, …), each of one pair in either
-	// order, so that an advantage of the first or the second pass of a pair
-	// cancels out (balancedRatios).
-	RatioNoopRaw    *float64  `json:"ratio_noop_raw,omitempty"`
-	NoopRawPairs    []float64 `json:"noop_raw_pairs,omitempty"`
-	NoopRawBalanced []float64 `json:"noop_raw_balanced,omitempty"`
-	CeilingRecords  int       `json:"ceiling_records,omitempty"`
-	// CeilingMethod says where Raw, NoopChain and their pairs ran:
-	// CeilingChildProcess (each pass in a fresh process of its own, with
-	// only its own heap; their CPUs and PeakHeapMB are that process's, the
-	// embedded broker's not included) or CeilingInProcess (in the
-	// harness's process, beside its stream, model and embedded broker).
-	CeilingMethod string `json:"ceiling_method,omitempty"`
+	// of NoopRawPairs, the pairs' no-op ÷ raw (the two run back to back in
+	// this process, the order alternating: raw first in the 1st, 3rd, …
+	// pair).
+	RatioNoopRaw   *float64  `json:"ratio_noop_raw,omitempty"`
+	NoopRawPairs   []float64 `json:"noop_raw_pairs,omitempty"`
+	CeilingRecords int       `json:"ceiling_records,omitempty"`
 	// RatioPolling is the chain with a tiny buffer (followers poll Kafka) ÷
 	// the chain with its default buffer.
 	RatioPolling *float64 `json:"ratio_polling,omitempty"`
@@ -161,12 +134,6 @@ type DesignResult struct {
 	CPUs            float64 `json:"cpu_s"`
 	// GOMAXPROCS is the run's (the cores sweep sets it per run).
 	GOMAXPROCS int `json:"gomaxprocs,omitempty"`
-	// OwnProcess: the run was a process of its own (a ceiling pass in a
-	// child process, Options.CeilingCommand): CPUs and the heap are that
-	// process's alone — the harness's and the embedded broker's are not in
-	// them. Otherwise they are the harness process's, the embedded
-	// broker's included.
-	OwnProcess bool `json:"own_process,omitempty"`
 	// PeakHeapMB is the largest live heap of the process during the run (as
 	// marked by the last GC, runtime/metrics /gc/heap/live:bytes; the
 	// embedded broker's topics included). PeakHeapAllocMB also counts
@@ -196,7 +163,6 @@ type DesignResult struct {
 
 	// Latency-phase fields, moved to a LatencyResult by latencyPhase.
 	P50ms, P99ms               *float64 `json:"-"`
-	FloorP50ms, FloorP99ms     *float64 `json:"-"`
 	RulesFloorP50ms            *float64 `json:"-"`
 	RulesFloorP99ms            *float64 `json:"-"`
 	RulesFloorGate             string   `json:"-"`
@@ -207,7 +173,6 @@ type DesignResult struct {
 	// last complete (the floor's consume part).
 	windowCPU time.Duration
 	txn       *TxnStats // the cost table's runs (CostCell.Txn)
-	excess    string    // floorExcess, for the progress line
 }
 
 // LatencyResult is one design's latency-phase run.
@@ -239,13 +204,6 @@ type Comparison struct {
 	LatencyRecords int            `json:"latency_records,omitempty"`
 	Chain          *LatencyResult `json:"chain_latency,omitempty"`
 	Base           *LatencyResult `json:"baseline_latency,omitempty"`
-	// FloorP50ms and FloorP99ms are the same quantiles of the one-horizon
-	// floor (latencyFloors): the output's own event-time gate opened by the
-	// arrival of the record that carries stream time past t+Lateness (or
-	// IdleTimeout of silence), plus its own cost. It counts one lateness
-	// horizon and is kept beside the rules' floor for comparison.
-	FloorP50ms *float64 `json:"floor_p50_ms,omitempty"`
-	FloorP99ms *float64 `json:"floor_p99_ms,omitempty"`
 	// RulesFloorP50ms and RulesFloorP99ms are the event-time floor the
 	// rules impose (cascadeFloors): the gate of DESIGN.md "Mechanisms" of RulesFloorGate
 	// applied stage after stage on the run's arrival times and cost draws,
@@ -340,37 +298,9 @@ func medianOf(q []float64) *float64 {
 	return &m
 }
 
-// balancedRatios are the geometric means of consecutive pairs' ratios
-// (1st and 2nd, 3rd and 4th, …; an odd last pair is left out). The pairs'
-// order alternates, so each mean has one pair of either order: when the
-// second pass of a pair runs faster than the first whatever its kind (seen
-// with child processes: 0.70 M against 0.90 M records/s, a pair's ratio
-// swinging 0.75 ↔ 1.28), the two cancel out, where the median of the pairs
-// themselves would favour whichever order ran once more. Nil for fewer
-// than two pairs.
-func balancedRatios(pairs []float64) []float64 {
-	var out []float64
-	for k := 0; k+1 < len(pairs); k += 2 {
-		out = append(out, math.Sqrt(pairs[k]*pairs[k+1]))
-	}
-	return out
-}
-
-// ceilingRatio is the median of the balanced ratios of pairs, or of the
-// pairs themselves when there are too few for one balanced ratio.
-func ceilingRatio(pairs []float64) (balanced []float64, r *float64) {
-	switch balanced = balancedRatios(pairs); {
-	case len(balanced) > 0:
-		return balanced, medianOf(balanced)
-	case len(pairs) > 0:
-		return nil, medianOf(pairs)
-	}
-	return nil, nil
-}
-
 func (w *WorkloadResult) ratios() {
 	if len(w.NoopRawPairs) > 0 {
-		w.NoopRawBalanced, w.RatioNoopRaw = ceilingRatio(w.NoopRawPairs)
+		w.RatioNoopRaw = medianOf(w.NoopRawPairs)
 	} else if w.NoopChain != nil && w.Raw != nil {
 		w.RatioNoopRaw = ratio(w.NoopChain.ThroughputRPS, w.Raw.ThroughputRPS)
 	}
@@ -498,29 +428,14 @@ func targets(ws []WorkloadResult) []Target {
 					continue
 				}
 				if fl := c.cmp.RulesFloorP99ms; fl != nil {
-					n0 := len(ts)
 					atMost("A: chain p99 ÷ event-time floor p99 (the rules', cascaded), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *fl))
-					if len(ts) > n0 && c.cmp.FloorP99ms != nil && *c.cmp.FloorP99ms > 0 {
-						ts[len(ts)-1].Note = fmt.Sprintf("one-horizon floor: %.2f×", *c.cmp.Chain.P99ms / *c.cmp.FloorP99ms)
-					}
-				} else if c.cmp.FloorP99ms != nil {
-					atMost("A: chain p99 ÷ event-time floor p99 (one horizon), at the "+c.name+" comparison's load ≤", 1.1, ratio(*c.cmp.Chain.P99ms, *c.cmp.FloorP99ms))
 				}
 			}
 			add("A: chain efficiency (of the pipelined bound) ≥", 0.9, w.Chain.Efficiency, steady)
 		case "B":
 			add("B: chain ÷ strongest micro-batch throughput, checkpoints inside the window ≥", 1.5, sTP, steady)
 			add("B: chain ÷ micro-batch baseline throughput ≥", 1, dTP, steady)
-			n0 := len(ts)
 			add("B: one-stage no-op chain ÷ raw consumer ≥", 0.9, w.RatioNoopRaw, true)
-			if len(ts) > n0 {
-				switch w.CeilingMethod {
-				case CeilingChildProcess:
-					ts[len(ts)-1].Note = "each pass in a child process of its own"
-				case CeilingInProcess:
-					ts[len(ts)-1].Note = "each pass in the harness process"
-				}
-			}
 			add("B: polling fallback ÷ buffered chain ≥", 0.7, w.RatioPolling, steady && w.PollingChain != nil && w.PollingChain.Steady)
 		}
 	}

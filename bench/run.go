@@ -44,19 +44,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	defer func() { _ = c.Close() }()
 	h := &harness{o: o, c: c, cfg: attributionConfig()}
-	rep := Report{
-		Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
-		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Quick: o.Quick, Store: o.Store,
-		Duration: o.Duration.Seconds(), CommitInterval: o.CommitInterval.String(),
-		BatchSize: o.BatchSize, BatchLinger: o.BatchLinger.String(), SweepBatchSizes: o.SweepBatchSizes,
-		BufferSize: o.BufferSize, PollingBufferSize: o.PollingBufferSize, IdleTimeout: o.IdleTimeout.String(),
-		LatencyLoad: o.LatencyLoad, Repeats: o.Repeats, Records: o.Records,
-	}
+	rep := Report{Options: o, Started: time.Now().UTC(), Broker: "embedded kfake (in-process)", GoVersion: runtime.Version(),
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	if len(o.Brokers) > 0 {
 		rep.Broker = fmt.Sprint(o.Brokers)
-	}
-	if o.EOSCost {
-		rep.EOSCost, rep.Guarantees, rep.CommitIntervals = true, o.Guarantees, fmt.Sprint(o.CommitIntervals)
 	}
 	for _, pt := range o.points() {
 		run := h.runPoint
@@ -105,12 +96,10 @@ type harness struct {
 	o   Options
 	c   *broker
 	cfg attribution.Config
-	// tag follows "bench" in progress lines (a ceiling child's pid).
-	tag string
 }
 
 func (h *harness) progressf(format string, args ...any) {
-	fmt.Fprintf(h.o.Progress, "bench"+h.tag+": "+format+"\n", args...)
+	fmt.Fprintf(h.o.Progress, "bench: "+format+"\n", args...)
 }
 
 // pointRun is one point's stream and the inputs cut from it.
@@ -488,12 +477,9 @@ func (h *harness) sweep(ctx context.Context, pr *pointRun, hint float64) ([]Swee
 // need millions), in ceilingPairs pairs run back to back, the order
 // alternating; the median run of each kind is reported, and the ratio is
 // the median of the pairs' ratios. They keep no state: the steady-state
-// rule is for the designs.
-//
-// With Options.CeilingCommand every pass runs in a fresh child process
-// (measureChild: the design's own heap only, as a deployed consumer);
-// without it the passes run in this process. The figure is the median of the balanced
-// ratios (balancedRatios), not of the pairs.
+// rule is for the designs. They run in this process, beside the stream,
+// the reference model and the embedded broker, whose heap a deployed
+// consumer does not hold: the report says so, and gives each pass's heap.
 func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult) error {
 	n := ceilingRecords
 	switch {
@@ -513,23 +499,18 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 		return err
 	}
 	wr.CeilingRecords = n
-	measure := h.measure
-	wr.CeilingMethod = CeilingInProcess
-	if len(h.o.CeilingCommand) > 0 {
-		measure, wr.CeilingMethod = h.measureChild, CeilingChildProcess
-	}
 	runs := map[kind][]*DesignResult{}
 	for i := range ceilingPairs {
 		// Each pair runs back to back, the order alternating, so a pair
 		// shares the machine's state of the moment (a neighbour's load)
-		// and each order runs as often (balancedRatios).
+		// and each order runs as often.
 		order := []kind{kindRaw, kindNoop}
 		if i%2 == 1 {
 			order = []kind{kindNoop, kindRaw}
 		}
 		pair := map[kind]*DesignResult{}
 		for _, k := range order {
-			r, err := measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
+			r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: in.topic, ends: in.ends})
 			if err != nil {
 				return err
 			}
@@ -545,24 +526,10 @@ func (h *harness) ceilings(ctx context.Context, pr *pointRun, wr *WorkloadResult
 	return nil
 }
 
-// The ceilings' methods (WorkloadResult.CeilingMethod).
-const (
-	// CeilingChildProcess: every pass in a fresh child process of its own
-	// (Options.CeilingCommand).
-	CeilingChildProcess = "child process"
-	// CeilingInProcess: every pass in Run's own process, beside the
-	// stream, the reference model and the embedded broker.
-	CeilingInProcess = "harness process"
-)
-
 // ceilingPairs is how many raw/no-op pairs the ceiling measurement runs.
 // Each pass reads the input in about a third of a second, so one pass that
-// meets a neighbour's burst (or, in the harness process, a GC cycle of its
-// heap) moves a pair's ratio by 0.2 or more: six quiet runs of five pairs in
-// child processes read medians of 0.87–1.09 (pairs 0.77–1.43). The median
-// of the balanced ratios of ten pairs is the figure reported (a pair of child passes
-// costs about 1.2 s, one in the harness process about 1.5 s). Even, so that
-// each order runs as often (balancedRatios): five balanced ratios.
+// meets a neighbour's burst or a GC cycle of the harness's heap moves a
+// pair's ratio by 0.2 or more; the median of ten pairs does not move so.
 const ceilingPairs = 10
 
 // shortestFrom is the shortest input produced so far at the point with at
@@ -591,43 +558,26 @@ const ceilingRecords = 300_000
 func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadResult, base kind) error {
 	b := wr.design(base)
 	rate := h.o.LatencyLoad * min(wr.Chain.ThroughputRPS, b.ThroughputRPS)
-	d := h.o.LatencyDuration.Seconds()
-	tail := min(latencyTail.Seconds(), d/2)
-	warm := max(int(rate), 100)
-	n := max(int(rate*(d+tail)), 2)
-	if warm+n > len(pr.st.recs) {
-		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
-			return err
-		}
+	d := h.o.LatencyDuration
+	li, err := h.latencyInput(pr, rate, d, min(latencyTail, d/2))
+	if err != nil {
+		return err
 	}
-	measured := max(int(float64(n)*d/(d+tail)), 1)
-	recs := pr.st.recs[:warm+n]
-	exp := newExpectation(recs, pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
-	cmp := &Comparison{Baseline: string(base), LatencyRateRPS: rate, LatencyRecords: measured}
+	cmp := &Comparison{Baseline: string(base), LatencyRateRPS: rate, LatencyRecords: li.measured}
 	for _, k := range []kind{kindChain, base} {
-		topic, err := h.c.createTopic("lat", pr.pt.wc.Partitions)
-		if err != nil {
-			return err
-		}
 		batch := 0
 		if k != kindChain {
 			batch = b.BatchSize
 		}
-		r, err := h.measure(ctx, runSpec{kind: k, pt: pr.pt, topic: topic, ends: exp.ends, exp: exp, batch: batch,
-			variant: &h.o.chainVariants(pr.pt)[0], paceRate: rate, warm: warm, measured: measured})
-		h.c.deleteTopics(topic)
+		r, err := h.latencyRun(ctx, li, runSpec{kind: k, batch: batch, variant: &h.o.chainVariants(pr.pt)[0]})
 		if err != nil {
 			return err
 		}
-		l := &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
-			Outputs: r.LatencyOutputs, Correctness: r.Correctness,
-			Checkpoints: r.Syncs, Commits: r.Commits}
 		if k == kindChain {
-			cmp.Chain = l
-			cmp.FloorP50ms, cmp.FloorP99ms = r.FloorP50ms, r.FloorP99ms
+			cmp.Chain = r.latencyResult()
 			cmp.RulesFloorGate, cmp.RulesFloorP50ms, cmp.RulesFloorP99ms = r.RulesFloorGate, r.RulesFloorP50ms, r.RulesFloorP99ms
 		} else {
-			cmp.Base = l
+			cmp.Base = r.latencyResult()
 		}
 	}
 	if base == kindStrongest {
@@ -636,6 +586,50 @@ func (h *harness) latencyPhase(ctx context.Context, pr *pointRun, wr *WorkloadRe
 		wr.VsDesign6 = cmp
 	}
 	return nil
+}
+
+// pacedInput is the input of a latency phase: its records, its model and
+// how they are fed.
+type pacedInput struct {
+	pr             *pointRun
+	exp            *expectation
+	rate           float64
+	warm, measured int
+}
+
+// latencyInput cuts a latency phase's input from the point's stream: one
+// second's worth at rate (at least 100 records; fed at once and not
+// measured), then d's worth to measure and tail's more, not measured.
+func (h *harness) latencyInput(pr *pointRun, rate float64, d, tail time.Duration) (*pacedInput, error) {
+	warm := max(int(rate), 100)
+	n := max(int(rate*(d+tail).Seconds()), 2)
+	if warm+n > len(pr.st.recs) {
+		if _, err := pr.input(warm + n); err != nil { // regenerates the stream
+			return nil, err
+		}
+	}
+	measured := max(int(float64(n)*d.Seconds()/(d+tail).Seconds()), 1)
+	exp := newExpectation(pr.st.recs[:warm+n], pr.pt.wc.Partitions, pr.pt.workers, h.cfg, h.o.IdleTimeout)
+	return &pacedInput{pr: pr, exp: exp, rate: rate, warm: warm, measured: measured}, nil
+}
+
+// latencyRun measures s (its kind, batch and variant) on li's input, fed
+// to a fresh topic of its own.
+func (h *harness) latencyRun(ctx context.Context, li *pacedInput, s runSpec) (*DesignResult, error) {
+	topic, err := h.c.createTopic("lat", li.pr.pt.wc.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer h.c.deleteTopics(topic)
+	s.pt, s.topic, s.ends, s.exp = li.pr.pt, topic, li.exp.ends, li.exp
+	s.paceRate, s.warm, s.measured = li.rate, li.warm, li.measured
+	return h.measure(ctx, s)
+}
+
+// latencyResult is the latency part of a latency phase's run.
+func (r *DesignResult) latencyResult() *LatencyResult {
+	return &LatencyResult{P50ms: r.P50ms, P99ms: r.P99ms, ProduceP50ms: r.ProduceP50ms, ProduceP99ms: r.ProduceP99ms,
+		Outputs: r.LatencyOutputs, Correctness: r.Correctness, Checkpoints: r.Syncs, Commits: r.Commits}
 }
 
 // kind is a measured consumer.
@@ -674,9 +668,6 @@ type runSpec struct {
 	warm, measured int
 	// cfg, when set, replaces the harness's rules (the velocity runs).
 	cfg *attribution.Config
-	// group, when set, is the consumer group (a ceiling child's, named by
-	// the parent); else a fresh name.
-	group string
 }
 
 // latencyTail is how long the latency phase goes on feeding after the
@@ -726,10 +717,6 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
-		if d.lim != nil && r.Efficiency != nil && !sizing && s.paceRate == 0 { // throughput runs: a paced run's gaps are the pacing
-			first := time.Unix(0, d.prog.first.Load())
-			r.Note = joinNote(r.Note, d.lim.chains.explain(s.exp.longest.key, s.exp.longest.typ, first, time.Duration(r.Elapsed*float64(time.Second))))
-		}
 		if d.out != "" {
 			if err := h.judge(run, r); err != nil {
 				return r, err
@@ -999,18 +986,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		p50, p99 := ms(quantile(pp, 0.5)), ms(quantile(pp, 0.99))
 		res.ProduceP50ms, res.ProduceP99ms = &p50, &p99
 	}
-	byIdle, byRecord := floorExcess(acks, f, from, to, s.exp, h.o.IdleTimeout)
-	res.excess = fmt.Sprintf(" (above floor: idle-opened n=%d p50 %.1fms p99 %.1fms", len(byIdle), ms(quantile(byIdle, 0.5)), ms(quantile(byIdle, 0.99)))
-	for st, name := range []string{"other", "install", "purchase"} {
-		if x := byRecord[st]; len(x) > 0 {
-			res.excess += fmt.Sprintf("; record-opened %s n=%d p50 %.1fms p99 %.1fms", name, len(x), ms(quantile(x, 0.5)), ms(quantile(x, 0.99)))
-		}
-	}
-	res.excess += ")"
-	if fl := latencyFloors(acks, f, from, to, s.exp, h.o.IdleTimeout); len(fl) > 0 {
-		p50, p99 := ms(quantile(fl, 0.5)), ms(quantile(fl, 0.99))
-		res.FloorP50ms, res.FloorP99ms = &p50, &p99
-	}
 	if !s.kind.isChain() {
 		return
 	}
@@ -1020,7 +995,6 @@ func (h *harness) latency(r *running, res *DesignResult) {
 		res.RulesFloorP50ms, res.RulesFloorP99ms = &p50, &p99
 		res.RulesFloorGate = string(rule.scope)
 	}
-	res.excess += cascadeText(acks, f, from, to, s.exp, rule)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -1033,8 +1007,8 @@ func latencyText(r *DesignResult) string {
 	if r.ProduceP99ms != nil {
 		t += fmt.Sprintf(" (produce path p50 %.1fms p99 %.1fms)", *r.ProduceP50ms, *r.ProduceP99ms)
 	}
-	if r.FloorP99ms != nil {
-		t += fmt.Sprintf(" (gate floor p50 %.1fms p99 %.1fms)", *r.FloorP50ms, *r.FloorP99ms) + r.excess
+	if r.RulesFloorP99ms != nil {
+		t += fmt.Sprintf(" (the rules' floor p50 %.1fms p99 %.1fms)", *r.RulesFloorP50ms, *r.RulesFloorP99ms)
 	}
 	return t
 }
@@ -1111,10 +1085,7 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 	P, W := s.pt.wc.Partitions, s.pt.workers
 	d := &design{prog: newProgress(s.ends), ev: &events{}, ready: make(chan struct{})}
 	ready := d.readyAfter(P)
-	group := s.group
-	if group == "" {
-		group = c.name("group")
-	}
+	group := c.name("group")
 	base := c.Config()
 	switch s.kind {
 	case kindRaw:

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
-	"github.com/differential-dev/differential/internal/testbroker"
 )
 
 // TestQuick runs Quick mode end to end (what CI's smoke test does), on the
@@ -24,15 +23,7 @@ import (
 // reported, and the JSON written (into a folder that does not exist
 // yet). It does not check the ratios.
 func TestQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole Quick benchmark (about a minute)")
-	}
-	var brokers []string
-	if env := os.Getenv(testbroker.EnvBrokers); env != "" {
-		brokers = strings.Split(env, ",")
-	}
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "results", "bench.json")
+	brokers, dir, jsonPath := endToEnd(t, "runs the whole Quick benchmark (about a minute)", "bench.json")
 	start := time.Now()
 	o := Options{Quick: true, Brokers: brokers, JSONPath: jsonPath, Dir: dir}
 	rep, err := Run(context.Background(), o)

@@ -20,22 +20,13 @@ func designLabel(d *DesignResult) string {
 	case kindDesign6:
 		return fmt.Sprintf("micro-batch baseline (batch %d)", d.BatchSize)
 	case kindRaw:
-		return "raw consumer" + ownProcess(d)
+		return "raw consumer"
 	case kindNoop:
-		return "one-stage no-op chain" + ownProcess(d)
+		return "one-stage no-op chain"
 	case kindPolling:
 		return "chain, polling fallback"
 	}
 	return d.Design
-}
-
-// ownProcess marks a run made in a child process of its own: its CPU and
-// heap are that process's.
-func ownProcess(d *DesignResult) string {
-	if d.OwnProcess {
-		return " (own process: its cpu, its heap)"
-	}
-	return ""
 }
 
 // WriteTable prints the report as text tables.
@@ -49,9 +40,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if r.Records > 0 {
-		fmt.Fprintf(&b, "every throughput run consumes %d records of its point's stream (fixed: runs shorter than %.2fs are not steady state)", r.Records, r.Duration)
+		fmt.Fprintf(&b, "every throughput run consumes %d records of its point's stream (fixed: runs shorter than %.2fs are not steady state)", r.Records, r.Duration.Seconds())
 	} else {
-		fmt.Fprintf(&b, "every throughput run lasts ≥ %.2fs: a prefix of its point's stream sized by the design's own throughput", r.Duration)
+		fmt.Fprintf(&b, "every throughput run lasts ≥ %.2fs: a prefix of its point's stream sized by the design's own throughput", r.Duration.Seconds())
 	}
 	fmt.Fprintf(&b, "; chain checkpoint+commit interval %s\n", r.CommitInterval)
 	fmt.Fprintf(&b, "strongest micro-batch: key order, no linger, one synced checkpoint batch, background commits, batch size swept over %v\n", r.SweepBatchSizes)
@@ -130,7 +121,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		}
 	}
 
-	wr.Floor.write(b)
+	wr.Floor.write(b, wr.Chain, wr.Strongest, wr.Design6)
 	if wr.Floor != nil && wr.Chain == nil && wr.Strongest == nil && wr.Raw == nil {
 		// FloorOnly: no design row to print.
 		writeCores(b, wr.Cores, wr.Floor)
@@ -139,8 +130,7 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	b.WriteString("  throughput (each design on its own prefix of the stream, sized by time):\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "    design\trecords\trec/s\ttime s\tsteady\tckpt syncs\tbusiest\tcommits\tcpu s\tcpu µs/rec\theap MB\tefficiency\tof own bound\tof cpu bound\tfloor ÷ cpu\twait +%\tcorrect\t")
-	rows := append(append([]*DesignResult(nil), wr.variants()...), wr.Strongest, wr.Design6, wr.PollingChain, wr.Raw, wr.NoopChain)
-	for _, d := range rows {
+	for _, d := range wr.rows() {
 		if d == nil {
 			continue
 		}
@@ -212,18 +202,8 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 		fmt.Fprintf(b, " %s ÷ it %.2f×\n", designLabel(wr.Chain), wr.Chain.ThroughputRPS/v.ThroughputRPS)
 	}
 	if wr.RatioNoopRaw != nil {
-		if len(wr.NoopRawBalanced) > 0 {
-			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d balanced ratios:%s — each the geometric mean of two pairs run in opposite orders; the pairs:%s)\n",
-				*wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawBalanced), pairList(wr.NoopRawBalanced), pairList(wr.NoopRawPairs))
-		} else {
-			fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
-		}
-		switch wr.CeilingMethod {
-		case CeilingChildProcess:
-			b.WriteString("    each pass in a fresh child process, with only its own heap (as a deployed consumer); those rows' cpu s and heap MB are the child's, the broker's not in them\n")
-		case CeilingInProcess:
-			b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
-		}
+		fmt.Fprintf(b, "  no-op chain ÷ raw consumer: %.2f (on %d records of the stream, median of %d paired ratios:%s)\n", *wr.RatioNoopRaw, wr.CeilingRecords, len(wr.NoopRawPairs), pairList(wr.NoopRawPairs))
+		b.WriteString("    each pass in the harness process, beside its heap (stream, reference model, embedded broker); cpu s includes the embedded broker's\n")
 	}
 	if wr.RatioPolling != nil {
 		fmt.Fprintf(b, "  polling fallback (buffer %d) ÷ buffered chain: %.2f  [%s]\n", r.PollingBufferSize, *wr.RatioPolling, wr.PollingChain.Note)
@@ -237,12 +217,15 @@ func (r *Report) writeWorkload(b *strings.Builder, wr *WorkloadResult) {
 	}
 }
 
-// variants is the chain's rows: every variant, or the chain alone.
-func (w *WorkloadResult) variants() []*DesignResult {
-	if len(w.ChainVariants) > 0 {
-		return w.ChainVariants
+// rows are the throughput table's runs, in order: the chain's variants
+// (or the chain alone), the strongest micro-batch, the micro-batch
+// baseline, the polling fallback, the ceilings. Some may be nil.
+func (w *WorkloadResult) rows() []*DesignResult {
+	chains := w.ChainVariants
+	if len(chains) == 0 {
+		chains = []*DesignResult{w.Chain}
 	}
-	return []*DesignResult{w.Chain}
+	return append(append([]*DesignResult(nil), chains...), w.Strongest, w.Design6, w.PollingChain, w.Raw, w.NoopChain)
 }
 
 // p99Text says how the chain's p99 compares: lower is the claim, so a
@@ -257,28 +240,17 @@ func p99Text(lower *float64) string {
 	return fmt.Sprintf(", p99 %.1f× HIGHER (the chain's)", 1 / *lower)
 }
 
-// floorLine prints the chain's p99 beside the event-time floors of a
-// latency comparison: the rules' (cascaded, the target's), the
-// one-horizon floor.
+// floorLine prints the chain's p99 beside the rules' event-time floor of
+// a latency comparison.
 func floorLine(b *strings.Builder, c *Comparison) {
-	type fl struct {
-		name     string
-		p50, p99 *float64
+	if c.RulesFloorP99ms == nil {
+		return
 	}
-	var fs []fl
-	if c.RulesFloorP99ms != nil {
-		fs = append(fs, fl{"the rules' event-time floor (" + c.RulesFloorGate + " gate, cascaded across stages)", c.RulesFloorP50ms, c.RulesFloorP99ms})
+	fmt.Fprintf(b, "    the rules' event-time floor (%s gate, cascaded across stages): p50 %.1fms p99 %.1fms", c.RulesFloorGate, *c.RulesFloorP50ms, *c.RulesFloorP99ms)
+	if c.Chain != nil && c.Chain.P99ms != nil && *c.RulesFloorP99ms > 0 {
+		fmt.Fprintf(b, "; chain p99 = %.2f × it", *c.Chain.P99ms / *c.RulesFloorP99ms)
 	}
-	if c.FloorP99ms != nil {
-		fs = append(fs, fl{"one-horizon floor (the output's own gate only)", c.FloorP50ms, c.FloorP99ms})
-	}
-	for _, f := range fs {
-		fmt.Fprintf(b, "    %s: p50 %.1fms p99 %.1fms", f.name, *f.p50, *f.p99)
-		if c.Chain != nil && c.Chain.P99ms != nil && *f.p99 > 0 {
-			fmt.Fprintf(b, "; chain p99 = %.2f × it", *c.Chain.P99ms / *f.p99)
-		}
-		b.WriteString("\n")
-	}
+	b.WriteString("\n")
 }
 
 // pairList is " 0.93 0.88 …" (two decimals each).

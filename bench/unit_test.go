@@ -333,65 +333,10 @@ func TestTargetAboveTheLimitIsQualified(t *testing.T) {
 	require.Empty(t, find(targets([]WorkloadResult{w})).Note)
 }
 
-// TestChainTimesExplain: a key×stage chain's time splits into its costs,
-// the timers' overshoot, the waits for a slot and the gaps between one
-// record's end and the next one's call; other chains do not count.
-func TestChainTimesExplain(t *testing.T) {
-	var c chainTimes
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	// u0 click: called at 0, slot at 1, 10ms asked, 12 waited, ends at 13;
-	// next called at 15 (gap 2), slot at 15, 5 asked, 5 waited, ends at 20.
-	c.add("u0", "click", at(0), at(1), at(13), 10*time.Millisecond, 12*time.Millisecond)
-	c.add("u0", "click", at(15), at(15), at(20), 5*time.Millisecond, 5*time.Millisecond)
-	c.add("u1", "click", at(0), at(50), at(60), 10*time.Millisecond, 10*time.Millisecond)
-	got := c.explain("u0", "click", t0, 100*time.Millisecond)
-	want := "longest key×stage chain (click u0, 2 records): cost 0.01s, timers waited 0.02s (+13%), slot waits 0.00s, gaps between its records 0.00s; from 0.00s to 0.02s of 0.10s"
-	if got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-	ct := c.m[chainID{"u0", "click"}]
-	if ct.gaps != 2*time.Millisecond || ct.slot != time.Millisecond || ct.n != 2 {
-		t.Fatalf("gaps %v slot %v n %d, want 2ms 1ms 2", ct.gaps, ct.slot, ct.n)
-	}
-	if c.explain("u9", "click", t0, time.Second) != "" {
-		t.Fatal("a chain not seen explains nothing")
-	}
-}
-
-// The ceiling's figure cancels an order effect: pairs alternate raw-first
-// and no-op-first, and when the second pass of a pair is faster whatever
-// its kind, the pairs swing around the true ratio; the median of the pairs
-// themselves (five of one order, four of the other) would then read the
-// majority order's side, the median of the balanced ratios does not.
-func TestCeilingRatioCancelsTheOrderEffect(t *testing.T) {
-	const truth, second = 0.9, 1.3 // the second pass of a pair is 1.3× faster
-	var pairs []float64
-	for i := range ceilingPairs {
-		if i%2 == 0 { // raw first: no-op second
-			pairs = append(pairs, truth*second)
-		} else {
-			pairs = append(pairs, truth/second)
-		}
-	}
-	balanced, r := ceilingRatio(pairs)
-	require.Len(t, balanced, ceilingPairs/2)
-	require.InDelta(t, truth, *r, 1e-9)
-	for _, b := range balanced {
-		require.InDelta(t, truth, b, 1e-9)
-	}
-	// Nine pairs: the last, raw-first, is left out of the balanced ratios.
-	balanced, r = ceilingRatio(pairs[:9])
-	require.Len(t, balanced, 4)
-	require.InDelta(t, truth, *r, 1e-9)
-	// One pair: its own ratio.
-	balanced, r = ceilingRatio(pairs[:1])
-	require.Nil(t, balanced)
-	require.InDelta(t, truth*second, *r, 1e-9)
-	_, r = ceilingRatio(nil)
-	require.Nil(t, r)
-	// The median of an even count is the mean of the middle two.
+// The median of an even count is the mean of the middle two.
+func TestMedianOf(t *testing.T) {
 	require.InDelta(t, 2.5, *medianOf([]float64{4, 1, 3, 2}), 1e-9)
+	require.InDelta(t, 3, *medianOf([]float64{4, 1, 3}), 1e-9)
 }
 
 // The chain's key concurrency is W unless set, at most W, and C keeps

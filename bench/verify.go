@@ -24,15 +24,10 @@ type expectation struct {
 	outputs map[source]reference.Output
 	invalid map[source]bool
 	bound   Bound
-	// gate maps each output's input to the offset whose arrival lets any
-	// design process it (see gateOf).
-	gate map[source]gate
 	// paths is what the bounds need of every record, per partition.
 	paths [][]pathRecord
 	// staged caches stagedTime by (batch size, key order).
 	staged map[stagedKey]time.Duration
-	// longest is the key×stage chain of Bound.LongestChain.
-	longest chainID
 }
 
 type stagedKey struct {
@@ -50,40 +45,6 @@ func (e *expectation) stagedTime(n int, keyOrder bool) time.Duration {
 	d := stagedTime(e.paths, n, e.bound.Workers, keyOrder)
 	e.staged[k] = d
 	return d
-}
-
-// gate is when an output can be produced at the earliest: an install or
-// purchase at (o, t) needs its leader's watermark > t+Lateness, i.e. the
-// leader past the first offset `after` whose stream time exceeds
-// t+Lateness (-1: none in the log: only the idle release lets it through);
-// and its own cost.
-type gate struct {
-	after int64
-	cost  time.Duration
-}
-
-func (e *expectation) gateOf(p int32, log []pathRecord, lateness time.Duration) {
-	maxT := make([]int64, len(log))
-	m := int64(0)
-	for x := range log {
-		if log[x].valid {
-			m = max(m, log[x].t)
-		}
-		maxT[x] = m
-	}
-	for x := range log {
-		src := source{p, int64(x)}
-		if _, ok := e.outputs[src]; !ok {
-			continue
-		}
-		need := log[x].t + int64(lateness)
-		j := firstAbove(maxT, need)
-		g := gate{after: int64(j), cost: log[x].cost}
-		if j >= len(log) {
-			g.after = -1
-		}
-		e.gate[src] = g
-	}
 }
 
 // Bound is the analytical lower bound of a run's duration with W workers:
@@ -127,10 +88,10 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		ends:    make([]int64, partitions),
 		outputs: map[source]reference.Output{},
 		invalid: map[source]bool{},
-		gate:    map[source]gate{},
 		paths:   make([][]pathRecord, partitions),
 		staged:  map[stagedKey]time.Duration{},
 	}
+	type chainID struct{ key, typ string }
 	chains := map[chainID]time.Duration{}
 	keys := map[string]time.Duration{}
 	costs := make([]map[int64]time.Duration, partitions)
@@ -180,12 +141,9 @@ func newExpectation(recs []workload.Record, partitions, workers int, cfg attribu
 		e.paths[p] = path
 		e.bound.ChainOrderPath = max(e.bound.ChainOrderPath, chainOrderPath(path, cfg.Lateness, idle))
 		e.bound.KeyOrderPath = max(e.bound.KeyOrderPath, keyOrderPath(path, cfg.Lateness, idle))
-		e.gateOf(int32(p), path, cfg.Lateness)
 	}
-	for ks, c := range chains {
-		if c > e.bound.LongestChain {
-			e.bound.LongestChain, e.longest = c, ks
-		}
+	for _, c := range chains {
+		e.bound.LongestChain = max(e.bound.LongestChain, c)
 	}
 	for _, c := range keys {
 		e.bound.LongestKey = max(e.bound.LongestKey, c)

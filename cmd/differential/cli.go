@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,20 +24,13 @@ const (
 // streams, and seams that only tests set.
 type env struct {
 	stdout, stderr io.Writer
-	// stdin is the process's standard input (os.Stdin in the binary; read
-	// by bench-ceiling only); nil: none.
-	stdin io.Reader
 	// lookupEnv reads the process environment (os.LookupEnv in the
 	// binary); nil: no environment, as in-process tests run.
 	lookupEnv func(string) (string, bool)
 	// environ lists the process environment (os.Environ in the binary),
 	// for the check of unknown DIFFERENTIAL_* variables; nil: no check.
 	environ func() []string
-	// executable is this program's path (os.Executable in the binary), for
-	// the child processes bench runs its ceiling passes in; nil: bench
-	// runs them in its own process, as in-process tests do.
-	executable func() (string, error)
-	hooks      hooks
+	hooks   hooks
 }
 
 // hooks are test seams; the binary leaves them all zero.
@@ -79,12 +71,6 @@ var commands = []command{
 	{"version", "print the version", versionCmd},
 }
 
-// hiddenCommands are internal — child processes another command starts —
-// and not listed by usage.
-var hiddenCommands = []command{
-	{benchCeilingName, "one ceiling pass of bench in a process of its own", benchCeilingCmd},
-}
-
 // cli runs the command named by args[0] and returns the process exit code.
 func cli(ctx context.Context, args []string, e *env) int {
 	if len(args) == 0 {
@@ -101,7 +87,7 @@ func cli(ctx context.Context, args []string, e *env) int {
 		// differential help <command>: the command's own help.
 		name, args = args[1], []string{args[1], "--help"}
 	}
-	for _, c := range slices.Concat(commands, hiddenCommands) {
+	for _, c := range commands {
 		if c.name == name {
 			return exitCode(e, name, c.run(ctx, args[1:], e))
 		}

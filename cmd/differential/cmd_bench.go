@@ -82,7 +82,6 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	}
 	o.Progress = e.stderr
 	o.Logger = newLogger(e.stderr, logFormat, logLevel)
-	o.CeilingCommand = ceilingCommand(e, logFormat, logLevel)
 	rep, err := bench.Run(ctx, o)
 	if len(rep.Workloads) > 0 {
 		if werr := rep.WriteTable(e.stdout); werr != nil && err == nil {

@@ -7,12 +7,6 @@
 //	differential heavykey  a heavy key's per-record cost against the other keys' (bench.HeavyKey)
 //	differential version   the module and Go versions
 //
-// One command is hidden (not listed by help): bench-ceiling, the child
-// process bench runs each ceiling pass in (bench.ServeCeiling; bench sets
-// bench.Options.CeilingCommand to this executable and it). It reads a
-// bench.CeilingSpec on stdin and writes the pass's result as JSON on stdout;
-// exit 2 for a spec it cannot run, 1 for a failed pass.
-//
 // What it owns: wiring. It builds the attribution chain (attribution.NewChainWith,
 // from one engineSettings whose defaults are chain's) with the Pebble store, the
 // Kafka producer, one go-metrics registry shared by the engine and every sarama

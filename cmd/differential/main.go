@@ -13,9 +13,8 @@ func main() {
 		<-ctx.Done()
 		stop() // restore the default action: a second signal terminates
 	}()
-	stopProfile := startProfile(os.Stderr, profileSuffix(os.Args[1:]))
-	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, lookupEnv: os.LookupEnv, environ: os.Environ,
-		executable: os.Executable, hooks: buildHooks()})
+	stopProfile := startProfile(os.Stderr)
+	code := cli(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, environ: os.Environ, hooks: buildHooks()})
 	stopProfile()
 	os.Exit(code)
 }

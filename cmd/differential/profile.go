@@ -14,14 +14,13 @@ import (
 //	go tool pprof -top differential cpu.prof
 const profileEnv = "DIFFERENTIAL_CPUPROFILE"
 
-// startProfile starts the CPU profile named by profileEnv (+ suffix), if
-// any, and returns the function that stops and writes it.
-func startProfile(stderr io.Writer, suffix string) (stop func()) {
+// startProfile starts the CPU profile named by profileEnv, if any, and
+// returns the function that stops and writes it.
+func startProfile(stderr io.Writer) (stop func()) {
 	path := os.Getenv(profileEnv)
 	if path == "" {
 		return func() {}
 	}
-	path += suffix
 	f, err := os.Create(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", profileEnv, err)
@@ -38,15 +37,4 @@ func startProfile(stderr io.Writer, suffix string) (stop func()) {
 			fmt.Fprintf(stderr, "%s: %v\n", profileEnv, err)
 		}
 	}
-}
-
-// profileSuffix is "" but for bench's ceiling children, which inherit
-// bench's environment: each writes its own profile, <file>.ceiling-<pid>
-// (the pass alone, without the harness or the embedded broker), instead of
-// overwriting bench's.
-func profileSuffix(args []string) string {
-	if len(args) > 0 && args[0] == benchCeilingName {
-		return fmt.Sprintf(".ceiling-%d", os.Getpid())
-	}
-	return ""
 }
