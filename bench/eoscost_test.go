@@ -180,13 +180,13 @@ func TestEOSCostOptions(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{Options{Guarantees: []string{GuaranteeExactlyOnce}}, "are for the exactly-once cost table"},
-		{Options{CommitIntervals: []time.Duration{time.Second}}, "are for the exactly-once cost table"},
-		{Options{EOSCost: true, Guarantees: []string{"exactly-twice"}}, `unknown guarantee "exactly-twice"`},
-		{Options{EOSCost: true, Guarantees: []string{GuaranteeAtLeastOnce, GuaranteeAtLeastOnce}}, "given twice"},
-		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, 0}}, "commit intervals must be > 0"},
-		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, time.Second}}, "commit interval 1s given twice"},
-		{Options{EOSCost: true, Workloads: []string{"C"}}, "runs workloads A and B, not C"},
+		{Options{Guarantees: []string{GuaranteeExactlyOnce}}, "--guarantees is for --eos-cost"},
+		{Options{CommitIntervals: []time.Duration{time.Second}}, "--commit-intervals is for --eos-cost"},
+		{Options{EOSCost: true, Guarantees: []string{"exactly-twice"}}, `--guarantees: unknown guarantee "exactly-twice" (want at-least-once or exactly-once)`},
+		{Options{EOSCost: true, Guarantees: []string{GuaranteeAtLeastOnce, GuaranteeAtLeastOnce}}, `--guarantees: "at-least-once" given twice`},
+		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, 0}}, "--commit-intervals: every interval must be > 0, got 0s"},
+		{Options{EOSCost: true, CommitIntervals: []time.Duration{time.Second, time.Second}}, "--commit-intervals: 1s given twice"},
+		{Options{EOSCost: true, Workloads: []string{"C"}}, "--workloads: the exactly-once cost table runs A and B, not C"},
 	} {
 		require.ErrorContains(t, tc.o.withDefaults().validate(), tc.want)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -125,10 +127,6 @@ type Options struct {
 // Workloads are the workloads Run knows.
 var Workloads = []string{"A", "B", "C"}
 
-// Defaults returns o with every zero field set to its default (what Run
-// uses).
-func (o Options) Defaults() Options { return o.withDefaults() }
-
 func (o Options) withDefaults() Options {
 	if len(o.Workloads) == 0 {
 		o.Workloads = slices.Clone(Workloads)
@@ -220,49 +218,76 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// Validate reports every option Run would reject, once the defaults are
+// applied, each error naming the field by its flag of `differential bench`
+// (docs/cli.md); it also creates JSONPath's folder and checks that a file
+// can be written there, so that a run does not fail at its end for want of
+// a folder (a fresh clone has no bench/results: it is git-ignored). Run
+// calls it first; so does the CLI, to report a usage error.
+func (o Options) Validate() error { return o.withDefaults().validate() }
+
 func (o Options) validate() error {
 	var errs []error
-	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) {
-			errs = append(errs, fmt.Errorf("bench: unknown workload %q (want A, B or C)", w))
-		}
-	}
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
-			errs = append(errs, fmt.Errorf("bench: "+format, args...))
+			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	check(o.Records >= 0, "Records must be >= 0, got %d", o.Records)
-	check(o.CommitInterval > 0, "CommitInterval must be > 0, got %v", o.CommitInterval)
-	check(o.Duration >= 10*o.CommitInterval, "Duration must be at least 10 × CommitInterval (%v), so every run holds ten checkpoints; got %v", 10*o.CommitInterval, o.Duration)
-	for _, n := range o.SweepBatchSizes {
-		check(n > 0, "SweepBatchSizes must be > 0, got %d", n)
+	for _, w := range o.Workloads {
+		check(slices.Contains(Workloads, w), "--workloads: unknown workload %q (want %s)", w, strings.Join(Workloads, ", "))
 	}
-	check(o.Partitions > 0, "Partitions must be > 0, got %d", o.Partitions)
-	check(o.Workers > 0 && o.Workers <= chain.DefaultInFlight, "Workers must be in [1, %d] (the chain's in-flight window), got %d", chain.DefaultInFlight, o.Workers)
-	check(o.KeyConcurrency >= 0 && o.KeyConcurrency <= o.Workers, "KeyConcurrency must be in [1, Workers=%d] (0: Workers), got %d", o.Workers, o.KeyConcurrency)
-	check(o.Repeats > 0, "Repeats must be > 0, got %d", o.Repeats)
-	check(o.BatchSize > 0, "BatchSize must be > 0, got %d", o.BatchSize)
-	check(o.BatchLinger > 0, "BatchLinger must be > 0, got %v", o.BatchLinger)
-	check(o.BufferSize >= 2, "BufferSize must be >= 2, got %d", o.BufferSize)
-	check(o.PollingBufferSize >= 2, "PollingBufferSize must be >= 2, got %d", o.PollingBufferSize)
-	check(o.IdleTimeout > 0, "IdleTimeout must be > 0, got %v", o.IdleTimeout)
-	check(o.CostMedian >= 0, "CostMedian must be >= 0, got %v", o.CostMedian)
-	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "LatencyLoad must be in (0, 1], got %v", o.LatencyLoad)
-	check(o.LatencyDuration > 0, "LatencyDuration must be > 0, got %v", o.LatencyDuration)
-	check(o.Store == "pebble" || o.Store == "memory", "Store must be pebble or memory, got %q", o.Store)
+	check(o.Records >= 0, "--records must be >= 0, got %d", o.Records)
+	check(o.CommitInterval > 0, "--commit-interval must be > 0, got %v", o.CommitInterval)
+	check(o.Duration >= 10*o.CommitInterval, "--duration (%v) must be at least 10 × --commit-interval (%v): every run holds ten checkpoints", o.Duration, o.CommitInterval)
+	check(!slices.ContainsFunc(o.SweepBatchSizes, func(n int) bool { return n <= 0 }), "--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)
+	check(o.Partitions > 0, "--partitions must be > 0, got %d", o.Partitions)
+	check(o.Workers > 0 && o.Workers <= chain.DefaultInFlight, "--workers must be in [1, %d] (the chain's in-flight window), got %d", chain.DefaultInFlight, o.Workers)
+	check(o.KeyConcurrency >= 0 && o.KeyConcurrency <= o.Workers, "--key-concurrency must be in [1, --workers=%d] (0: --workers), got %d", o.Workers, o.KeyConcurrency)
+	check(o.Repeats > 0, "--repeats must be > 0, got %d", o.Repeats)
+	check(o.BatchSize > 0, "--batch-size must be > 0, got %d", o.BatchSize)
+	check(o.BatchLinger > 0, "--batch-linger must be > 0, got %v", o.BatchLinger)
+	check(o.BufferSize >= 2, "--buffer must be >= 2, got %d", o.BufferSize)
+	check(o.PollingBufferSize >= 2, "--polling-buffer must be >= 2, got %d", o.PollingBufferSize)
+	check(o.IdleTimeout > 0, "--idle-timeout must be > 0, got %v", o.IdleTimeout)
+	check(o.CostMedian >= 0, "--cost-median must be >= 0, got %v", o.CostMedian)
+	check(o.LatencyLoad > 0 && o.LatencyLoad <= 1, "--latency-load must be in (0, 1], got %v", o.LatencyLoad)
+	check(o.LatencyDuration > 0, "--latency-duration must be > 0, got %v", o.LatencyDuration)
+	check(o.Timeout > 0, "--timeout must be > 0, got %v", o.Timeout)
+	check(o.Store == "pebble" || o.Store == "memory", "--store must be pebble or memory, got %q", o.Store)
 	if _, err := chain.ParseGateScope(string(o.Gate)); err != nil {
-		errs = append(errs, fmt.Errorf("bench: Gate: %w", err))
+		errs = append(errs, fmt.Errorf("--gate: %w", err))
 	}
-	check(o.Velocity >= 0, "Velocity must be >= 0, got %v", o.Velocity)
-	errs = append(errs, o.validateCost()...)
-	errs = append(errs, o.validateFloor()...)
+	check(o.Velocity >= 0, "--velocity-window must be >= 0, got %v", o.Velocity)
 	if o.Velocity > 0 {
 		if err := velocityConfig(attributionConfig(), o.Velocity).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("bench: Velocity %v: %w", o.Velocity, err))
+			errs = append(errs, fmt.Errorf("--velocity-window %v: %w", o.Velocity, err))
 		}
 	}
+	errs = append(errs, o.validateCost()...)
+	errs = append(errs, o.validateFloor()...)
+	if err := checkWritable(o.JSONPath); err != nil {
+		errs = append(errs, fmt.Errorf("--json: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// checkWritable creates path's folder and checks that a file can be
+// created in it (empty: nil).
+func checkWritable(path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cannot create the folder of %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, ".bench-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }
 
 // point is one measured configuration: a workload at one partition count and
@@ -338,32 +363,33 @@ func (o Options) points() []point {
 // defaultCost is the default median of A's and C's cost draws.
 const defaultCost = time.Millisecond
 
-// validateCost checks the exactly-once cost table's options.
+// validateCost checks --eos-cost's options.
 func (o Options) validateCost() []error {
 	var errs []error
 	if !o.EOSCost {
-		if len(o.Guarantees) > 0 || len(o.CommitIntervals) > 0 {
-			errs = append(errs, errors.New("bench: Guarantees and CommitIntervals are for the exactly-once cost table (EOSCost)"))
+		if len(o.Guarantees) > 0 {
+			errs = append(errs, errors.New("--guarantees is for --eos-cost (the exactly-once cost table)"))
+		}
+		if len(o.CommitIntervals) > 0 {
+			errs = append(errs, errors.New("--commit-intervals is for --eos-cost (the exactly-once cost table); the design comparison takes one --commit-interval"))
 		}
 		return errs
 	}
-	for _, w := range o.Workloads {
-		if w == "C" {
-			errs = append(errs, errors.New("bench: the exactly-once cost table runs workloads A and B, not C"))
-		}
+	if slices.Contains(o.Workloads, "C") {
+		errs = append(errs, errors.New("--workloads: the exactly-once cost table runs A and B, not C"))
 	}
 	for i, g := range o.Guarantees {
 		if !slices.Contains(Guarantees, g) {
-			errs = append(errs, fmt.Errorf("bench: unknown guarantee %q (want %s or %s)", g, GuaranteeAtLeastOnce, GuaranteeExactlyOnce))
+			errs = append(errs, fmt.Errorf("--guarantees: unknown guarantee %q (want %s)", g, strings.Join(Guarantees, " or ")))
 		} else if slices.Contains(o.Guarantees[:i], g) {
-			errs = append(errs, fmt.Errorf("bench: guarantee %q given twice", g))
+			errs = append(errs, fmt.Errorf("--guarantees: %q given twice", g))
 		}
 	}
 	for i, iv := range o.CommitIntervals {
 		if iv <= 0 {
-			errs = append(errs, fmt.Errorf("bench: commit intervals must be > 0, got %v", iv))
+			errs = append(errs, fmt.Errorf("--commit-intervals: every interval must be > 0, got %v", iv))
 		} else if slices.Contains(o.CommitIntervals[:i], iv) {
-			errs = append(errs, fmt.Errorf("bench: commit interval %v given twice", iv))
+			errs = append(errs, fmt.Errorf("--commit-intervals: %v given twice", iv))
 		}
 	}
 	return errs
@@ -384,23 +410,23 @@ func (o Options) chainKeyConcurrency(pt point) int {
 	return pt.workers
 }
 
-// validateFloor checks FloorOnly and Cores.
+// validateFloor checks --floor-only and --cores.
 func (o Options) validateFloor() []error {
 	var errs []error
 	if (o.FloorOnly || len(o.Cores) > 0) && o.EOSCost {
-		errs = append(errs, errors.New("bench: FloorOnly and Cores are for the design comparison, not the exactly-once cost table (EOSCost)"))
+		errs = append(errs, errors.New("--floor-only and --cores are for the design comparison, not --eos-cost"))
 	}
-	if o.FloorOnly && !slices.Equal(o.Workloads, []string{"B"}) {
-		errs = append(errs, fmt.Errorf("bench: FloorOnly measures workload B only, got workloads %v", o.Workloads))
+	if i := slices.IndexFunc(o.Workloads, func(w string) bool { return w != "B" }); o.FloorOnly && i >= 0 {
+		errs = append(errs, fmt.Errorf("--floor-only measures workload B only, not %q", o.Workloads[i]))
 	}
 	if len(o.Cores) > 0 && !slices.Contains(o.Workloads, "B") {
-		errs = append(errs, fmt.Errorf("bench: the cores sweep runs workload B, not among workloads %v", o.Workloads))
+		errs = append(errs, errors.New("--cores sweeps workload B: add it to --workloads"))
 	}
 	for i, n := range o.Cores {
 		if n < 1 || n > runtime.NumCPU() {
-			errs = append(errs, fmt.Errorf("bench: Cores must be in [1, %d] (the machine's CPUs), got %d", runtime.NumCPU(), n))
+			errs = append(errs, fmt.Errorf("--cores: each count must be in [1, %d] (this machine's CPUs), got %d", runtime.NumCPU(), n))
 		} else if slices.Contains(o.Cores[:i], n) {
-			errs = append(errs, fmt.Errorf("bench: Cores: %d given twice", n))
+			errs = append(errs, fmt.Errorf("--cores: %d given twice", n))
 		}
 	}
 	return errs

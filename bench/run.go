@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -33,10 +32,7 @@ var ErrIncorrect = errors.New("bench: a design's output differs from the referen
 func Run(ctx context.Context, opts Options) (Report, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
-		return Report{}, err
-	}
-	if err := CheckWritable(o.JSONPath); err != nil {
-		return Report{}, err
+		return Report{}, fmt.Errorf("bench: %w", err)
 	}
 	c, err := openBroker(o.Brokers)
 	if err != nil {
@@ -68,28 +64,6 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return rep, err
 	}
 	return rep, nil
-}
-
-// CheckWritable creates path's folder and checks that a file can be
-// created in it, so that a run does not fail at its end for want of a
-// folder (a fresh clone has no bench/results: it is git-ignored). Run
-// calls it for JSONPath before measuring; the CLI calls it first, to
-// report a bad --json as a usage error. Empty: nil.
-func CheckWritable(path string) error {
-	if path == "" {
-		return nil
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("bench: cannot create the folder of %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(dir, ".bench-write-check-*")
-	if err != nil {
-		return fmt.Errorf("bench: cannot write %s: %w", path, err)
-	}
-	name := f.Name()
-	_ = f.Close()
-	return os.Remove(name)
 }
 
 type harness struct {

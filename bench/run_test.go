@@ -146,7 +146,7 @@ func TestRunChecksOutputPathsFirst(t *testing.T) {
 	require.ErrorContains(t, err, "bench.json")
 	require.Less(t, time.Since(start), 5*time.Second, "failed before measuring")
 
-	require.NoError(t, CheckWritable(filepath.Join(dir, "results", "deep", "latest.json")))
+	require.NoError(t, checkWritable(filepath.Join(dir, "results", "deep", "latest.json")))
 	require.DirExists(t, filepath.Join(dir, "results", "deep"))
 	entries, err := os.ReadDir(filepath.Join(dir, "results", "deep"))
 	require.NoError(t, err)

@@ -230,8 +230,8 @@ func TestLadderAndSizing(t *testing.T) {
 	n := o.sizeFor(10_000, 500)
 	require.GreaterOrEqual(t, float64(n), 10_000*2.5*1.25+500)
 	require.Less(t, float64(n), (10_000*2.5*1.25+500)*1.42)
-	require.Error(t, Options{Duration: time.Second, CommitInterval: 200 * time.Millisecond}.withDefaults().validate(),
-		"a run shorter than ten checkpoint intervals is refused")
+	require.ErrorContains(t, Options{Duration: time.Second, CommitInterval: 200 * time.Millisecond}.Validate(),
+		"--duration (1s) must be at least 10 × --commit-interval (200ms)", "a run shorter than ten checkpoint intervals is refused")
 }
 
 // TestStreamIsSteady: the stream keeps the records produced in its steady
@@ -350,5 +350,5 @@ func TestChainKeyConcurrency(t *testing.T) {
 	require.Equal(t, 2, o.chainKeyConcurrency(a))
 	require.Equal(t, 16, o.chainKeyConcurrency(c))
 	o.KeyConcurrency = 65
-	require.ErrorContains(t, o.validate(), "KeyConcurrency must be in [1, Workers=64]")
+	require.ErrorContains(t, o.validate(), "--key-concurrency must be in [1, --workers=64]")
 }

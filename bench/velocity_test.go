@@ -35,7 +35,7 @@ func TestVelocityRun(t *testing.T) {
 }
 
 func TestVelocityOptions(t *testing.T) {
-	require.ErrorContains(t, Options{Velocity: -time.Second}.withDefaults().validate(), "Velocity must be >= 0")
-	require.ErrorContains(t, Options{Velocity: 365 * 24 * time.Hour}.withDefaults().validate(), "Velocity 8760h0m0s")
+	require.ErrorContains(t, Options{Velocity: -time.Second}.withDefaults().validate(), "--velocity-window must be >= 0")
+	require.ErrorContains(t, Options{Velocity: 365 * 24 * time.Hour}.withDefaults().validate(), "--velocity-window 8760h0m0s")
 	require.NoError(t, Options{Velocity: time.Hour}.withDefaults().validate())
 }

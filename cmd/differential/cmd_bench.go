@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +75,13 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	}
 	o.Workloads = workloads
 	o.Gate = chain.GateScope(gate)
-	if err := checkBenchOptions(&o); err != nil {
-		return err
+	if len(o.Brokers) > 0 {
+		if err := checkBrokers("brokers", o.Brokers); err != nil {
+			return err
+		}
+	}
+	if err := o.Validate(); err != nil {
+		return &usageError{err}
 	}
 	o.Progress = e.stderr
 	o.Logger = newLogger(e.stderr, logFormat, logLevel)
@@ -92,60 +95,6 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 		return fmt.Errorf("a design's outputs differ from the reference model (see the report): %w", err)
 	}
 	return err
-}
-
-// checkBenchOptions rejects, as usage errors naming the flag, what
-// bench.Run would reject (it validates again).
-func checkBenchOptions(o *bench.Options) error {
-	for _, w := range o.Workloads {
-		if !slices.Contains(bench.Workloads, strings.ToUpper(w)) {
-			return usagef("--workloads: unknown workload %q (want %s)", w, strings.Join(bench.Workloads, ", "))
-		}
-	}
-	if err := checkCostOptions(o); err != nil {
-		return err
-	}
-	if err := checkFloorOptions(o); err != nil {
-		return err
-	}
-	if len(o.Brokers) > 0 {
-		if err := checkBrokers("brokers", o.Brokers); err != nil {
-			return err
-		}
-	}
-	if d := o.Defaults(); d.Duration < 10*d.CommitInterval {
-		return usagef("--duration (%v) must be at least 10 × --commit-interval (%v): every run holds ten checkpoints", d.Duration, d.CommitInterval)
-	}
-	switch {
-	case o.Records < 0:
-		return usagef("--records must be >= 0, got %d", o.Records)
-	case o.Partitions < 0:
-		return usagef("--partitions must be >= 0, got %d", o.Partitions)
-	case o.Workers < 0 || o.Workers > maxKeyConcurrency:
-		return usagef("--workers must be in [1, %d], got %d", maxKeyConcurrency, o.Workers)
-	case o.Repeats < 0:
-		return usagef("--repeats must be >= 0, got %d", o.Repeats)
-	case o.BatchSize < 0:
-		return usagef("--batch-size must be >= 0, got %d", o.BatchSize)
-	case o.BufferSize != 0 && o.BufferSize < 2:
-		return usagef("--buffer must be >= 2, got %d", o.BufferSize)
-	case o.PollingBufferSize != 0 && o.PollingBufferSize < 2:
-		return usagef("--polling-buffer must be >= 2, got %d", o.PollingBufferSize)
-	case o.LatencyLoad < 0 || o.LatencyLoad > 1:
-		return usagef("--latency-load must be in (0, 1], got %v", o.LatencyLoad)
-	case o.CostMedian < 0 || o.BatchLinger < 0 || o.IdleTimeout < 0 || o.LatencyDuration < 0 || o.Timeout < 0 || o.Duration < 0 || o.CommitInterval < 0 || o.Velocity < 0:
-		return usagef("durations must be >= 0")
-	case slices.ContainsFunc(o.SweepBatchSizes, func(n int) bool { return n <= 0 }):
-		return usagef("--sweep: batch sizes must be > 0, got %v", o.SweepBatchSizes)
-	case o.Store != "" && o.Store != "pebble" && o.Store != "memory":
-		return usagef("--store must be pebble or memory, got %q", o.Store)
-	}
-	// The report's file: its folder is created (a fresh clone has no
-	// bench/results) and checked writable before minutes of measuring.
-	if err := bench.CheckWritable(o.JSONPath); err != nil {
-		return usagef("--json: %v", err)
-	}
-	return nil
 }
 
 // intListValue is a comma-separated list of integers (batch sizes).
@@ -178,42 +127,6 @@ func (l intListValue) Set(s string) error {
 	return nil
 }
 
-// checkCostOptions rejects, as usage errors naming the flag, bad
-// --eos-cost, --guarantees and --commit-intervals values.
-func checkCostOptions(o *bench.Options) error {
-	if !o.EOSCost {
-		switch {
-		case len(o.Guarantees) > 0:
-			return usagef("--guarantees is for --eos-cost (the exactly-once cost table)")
-		case len(o.CommitIntervals) > 0:
-			return usagef("--commit-intervals is for --eos-cost (the exactly-once cost table); the design comparison takes one --commit-interval")
-		}
-		return nil
-	}
-	for _, w := range o.Workloads {
-		if strings.ToUpper(w) == "C" {
-			return usagef("--workloads: the exactly-once cost table runs A and B, not C")
-		}
-	}
-	for i, g := range o.Guarantees {
-		if !slices.Contains(bench.Guarantees, g) {
-			return usagef("--guarantees: unknown guarantee %q (want %s)", g, strings.Join(bench.Guarantees, " or "))
-		}
-		if slices.Contains(o.Guarantees[:i], g) {
-			return usagef("--guarantees: %q given twice", g)
-		}
-	}
-	for i, iv := range o.CommitIntervals {
-		if iv <= 0 {
-			return usagef("--commit-intervals: every interval must be > 0, got %v", iv)
-		}
-		if slices.Contains(o.CommitIntervals[:i], iv) {
-			return usagef("--commit-intervals: %v given twice", iv)
-		}
-	}
-	return nil
-}
-
 // durationListValue is a comma-separated list of durations.
 type durationListValue struct{ p *[]time.Duration }
 
@@ -241,33 +154,5 @@ func (l durationListValue) Set(s string) error {
 		out = append(out, d)
 	}
 	*l.p = out
-	return nil
-}
-
-// checkFloorOptions rejects, as usage errors naming the flag, bad
-// --floor-only and --cores values.
-func checkFloorOptions(o *bench.Options) error {
-	hasB := len(o.Workloads) == 0
-	for _, w := range o.Workloads {
-		if strings.ToUpper(w) == "B" {
-			hasB = true
-		} else if o.FloorOnly {
-			return usagef("--floor-only measures workload B only, not %q", w)
-		}
-	}
-	if (o.FloorOnly || len(o.Cores) > 0) && o.EOSCost {
-		return usagef("--floor-only and --cores are for the design comparison, not --eos-cost")
-	}
-	if len(o.Cores) > 0 && !hasB {
-		return usagef("--cores sweeps workload B: add it to --workloads")
-	}
-	for i, n := range o.Cores {
-		if n < 1 || n > runtime.NumCPU() {
-			return usagef("--cores: each count must be in [1, %d] (this machine's CPUs), got %d", runtime.NumCPU(), n)
-		}
-		if slices.Contains(o.Cores[:i], n) {
-			return usagef("--cores: %d given twice", n)
-		}
-	}
 	return nil
 }

@@ -89,7 +89,7 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"produce brokers", []string{"produce"}, "--brokers is required"},
 		{"demo partitions", []string{"demo", "--partitions", "0"}, "--partitions must be in [1, 1024]"},
 		{"bench workload", []string{"bench", "--workloads", "A,Z"}, `--workloads: unknown workload "Z"`},
-		{"bench json folder", []string{"bench", "--json", filepath.Join(writeConfig(t, "a file"), "results", "latest.json")}, "--json: bench: cannot create the folder of"},
+		{"bench json folder", []string{"bench", "--json", filepath.Join(writeConfig(t, "a file"), "results", "latest.json")}, "--json: cannot create the folder of"},
 		{"bench short run", []string{"bench", "--duration", "1s", "--commit-interval", "200ms"}, "--duration (1s) must be at least 10 × --commit-interval (200ms)"},
 		{"bench sweep", []string{"bench", "--sweep", "500,0"}, "--sweep: batch sizes must be > 0"},
 		{"bench guarantees without eos-cost", []string{"bench", "--guarantees", "exactly-once"}, "--guarantees is for --eos-cost"},
