@@ -25,8 +25,8 @@ import (
 var ErrIncorrect = errors.New("bench: a design's output differs from the reference model")
 
 // Run measures every workload of opts (see Options and the package doc) and
-// returns the report. It writes the JSON and SVG files when their paths are
-// set (their folders are created and checked before anything is measured).
+// returns the report. It writes the JSON report when JSONPath is set (its
+// folder is created and checked before anything is measured).
 // It fails — with the report so far — when a design loses or duplicates a
 // record's output (ErrIncorrect), stalls past Timeout, or errors.
 func Run(ctx context.Context, opts Options) (Report, error) {
@@ -650,7 +650,9 @@ const latencyTail = time.Second
 
 // measure runs one design over one input until every record is complete,
 // then stops it, checks its outputs and, in the latency phase, computes the
-// latencies.
+// latencies. The design runs in a goroutine of its own (its result on
+// errc), beside the sampler of its heap and, in the latency phase, the
+// feeder; Options.Timeout bounds the whole run.
 func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error) {
 	wall := time.Now()
 	d, err := h.newDesign(s)
@@ -658,21 +660,103 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 		return nil, err
 	}
 	defer d.close()
-	run := h.start(ctx, s, d, wall)
-	defer run.abort()
-	if err := run.awaitReady(); err != nil {
-		return nil, err
-	}
+	phase := "throughput"
 	if s.paceRate > 0 {
-		h.feed(run)
+		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
 	}
-	if err := run.awaitDone(); err != nil {
+	what := fmt.Sprintf("%s (%s)", s.kind, phase)
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	stopped := false // errc was read
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-errc
+	}
+	cpu0, smp := cpuTime(), startSampler()
+	go func() { errc <- d.run(runCtx) }()
+	timeout := time.NewTimer(h.o.Timeout)
+	var fed chan error // the feeder's result (nil: none, or read)
+	defer func() {
+		// The feeder first: it waits for the design's progress.
+		if fed != nil {
+			cancel()
+			<-fed
+		}
+		_ = stop()
+		smp.finish()
+		timeout.Stop()
+	}()
+
+	select { // every partition assigned
+	case <-d.ready:
+	case err := <-errc:
+		stopped = true
+		return nil, fmt.Errorf("bench: %s stopped before consuming: %w", what, err)
+	case <-timeout.C:
+		return nil, fmt.Errorf("bench: %s: no partition assigned after %v", what, h.o.Timeout)
+	}
+	tReady := time.Since(wall)
+	var f *feeder // read only after fed delivers
+	if s.paceRate > 0 {
+		// The warm-up records at once, then the rest at the paced rate once
+		// the design completed the warm-up.
+		fed = make(chan error, 1)
+		go func() {
+			var err error
+			f, err = h.c.pace(runCtx, s.topic, s.exp.recs, s.pt.wc.Partitions, s.paceRate, s.warm, func(ctx context.Context) error {
+				return d.prog.reached(ctx, int64(s.warm))
+			})
+			fed <- err
+		}()
+	}
+	select { // every record complete
+	case <-d.prog.done:
+	case err := <-errc:
+		stopped = true
+		if err == nil {
+			err = errors.New("stopped early")
+		}
+		return nil, fmt.Errorf("bench: %s: %w", what, err)
+	case <-timeout.C:
+		return nil, fmt.Errorf("bench: %s stalled: %d of %d records complete after %v", what, d.prog.completed(), d.prog.total(), h.o.Timeout)
+	}
+	cpu := cpuTime()
+	// The CPU from the first record consumed: without the start-up (the
+	// group join), which dominates a short run.
+	var windowCPU time.Duration
+	if c := d.prog.firstCPU.Load(); c > 0 {
+		windowCPU = cpu - time.Duration(c)
+	}
+	tDone := time.Since(wall)
+	smp.finish()
+	var note string
+	if d.note != nil {
+		note = d.note()
+	}
+	// Every record was consumed, so every one was sent; the design is
+	// stopped and its producer and store flushed, so that its outputs can be
+	// read back.
+	if fed != nil {
+		err := <-fed
+		fed = nil
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := stop(); err != nil {
+		return nil, fmt.Errorf("bench: %s failed when stopping: %w", what, err)
+	}
+	if err := d.flush(); err != nil {
 		return nil, err
 	}
-	if err := run.finish(); err != nil {
-		return nil, err
-	}
-	r := run.result()
+	tStop := time.Since(wall)
+
+	r := d.result(s, cpu-cpu0, windowCPU, smp)
+	r.Note = note
 	if d.txn != nil {
 		r.txn = d.txn.stats(r.Elapsed)
 		r.Note += fmt.Sprintf("; send→ack mean %.1fms; %d changelog appends (mean %.1fms)", r.txn.SendMeanMs, r.txn.Appends, r.txn.AppendMeanMs)
@@ -681,203 +765,51 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 				r.txn.Commits, r.txn.CommitMeanMs, r.txn.CommitMaxMs, r.txn.PathMeanMs, 100*r.txn.PathFraction, r.txn.Aborts)
 		}
 	}
-	sizing := s.exp == nil && s.expect != nil && r.Elapsed < s.minElapsed
 	switch {
-	case sizing:
+	case s.exp == nil && s.expect != nil && r.Elapsed < s.minElapsed:
 		r.Note = "sizing run, shorter than Duration: not a result, not checked"
 	case s.exp == nil && s.expect != nil:
 		s.exp = s.expect()
-		run.s.exp = s.exp
 	}
 	if s.exp != nil {
 		r.efficiency(s, s.exp, h.o.gateOf(s.variant))
 		if d.out != "" {
-			if err := h.judge(run, r); err != nil {
+			if err := h.judge(d, s, phase, r); err != nil {
 				return r, err
 			}
 		}
 	}
 	if s.paceRate > 0 && d.acks != nil {
-		h.latency(run, r)
+		h.latency(s, d.acks.acks, f, r)
 	}
-	what := string(s.kind)
+	name := string(s.kind)
 	if s.variant != nil && s.variant.guarantee != "" {
-		what = s.variant.name
+		name = s.variant.name
 	}
 	if s.batch > 0 {
-		what += fmt.Sprintf(" batch %d", s.batch)
+		name += fmt.Sprintf(" batch %d", s.batch)
 	}
 	h.progressf("  %-28s %-24s %7d rec %8.0f rec/s %6.2fs  ckpt %3d (busiest partition %2d) commits %3d  cpu %5.1fs  heap %6.1f MB%s%s  [wall %.1fs: ready %.2fs, done %.2fs, stopped %.2fs]",
-		what, run.phase, sum(s.ends), r.ThroughputRPS, r.Elapsed, r.Syncs, r.CheckpointsMost, r.Commits, r.CPUs, r.PeakHeapMB,
+		name, phase, sum(s.ends), r.ThroughputRPS, r.Elapsed, r.Syncs, r.CheckpointsMost, r.Commits, r.CPUs, r.PeakHeapMB,
 		latencyText(r), noteText(r.Note),
-		time.Since(run.wall).Seconds(), run.tReady.Seconds(), run.tDone.Seconds(), run.tStop.Seconds())
+		time.Since(wall).Seconds(), tReady.Seconds(), tDone.Seconds(), tStop.Seconds())
 	return r, nil
 }
 
-// running is one design run in progress: the design's run goroutine, the
-// sampler of its completion curve and heap, and in the latency phase the
-// feeder. Only measure's goroutine uses it.
-type running struct {
-	d     *design
-	s     runSpec
-	phase string
-	wall  time.Time // when measure began (before the design was built)
-	// tReady, tDone, tStop: since wall, when every partition was assigned,
-	// every record complete, the design stopped and flushed.
-	tReady, tDone, tStop time.Duration
-	cpu0, cpu            time.Duration // process CPU at the start; used until done
-	// windowCPU is the process CPU from the first record consumed to done:
-	// without the start-up (the group join), which dominates a short run.
-	windowCPU time.Duration
-	smp       *sampler
-	note      string
-	limit     time.Duration // Options.Timeout: bounds the whole run
-	timeout   *time.Timer   // fires after limit
-
-	ctx     context.Context    // of the run and the feeder
-	cancel  context.CancelFunc // cancels ctx
-	errc    chan error         // the run's result
-	stopped bool               // errc was read
-
-	fed chan error // the feeder's result (nil: none, or read)
-	f   *feeder    // the feeder, once fed delivered
-}
-
-// start starts the design's run and the sampler.
-func (h *harness) start(ctx context.Context, s runSpec, d *design, wall time.Time) *running {
-	phase := "throughput"
-	if s.paceRate > 0 {
-		phase = fmt.Sprintf("latency @ %.0f rec/s", s.paceRate)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	r := &running{d: d, s: s, phase: phase, wall: wall, ctx: runCtx, cancel: cancel, errc: make(chan error, 1),
-		limit: h.o.Timeout, timeout: time.NewTimer(h.o.Timeout)}
-	r.cpu0 = cpuTime()
-	r.smp = startSampler()
-	go func() { r.errc <- d.run(runCtx) }()
-	return r
-}
-
-// stop cancels the run and returns its error (once; nil after).
-func (r *running) stop() error {
-	if r.stopped {
-		return nil
-	}
-	r.stopped = true
-	r.cancel()
-	return <-r.errc
-}
-
-// ended notes that the run returned err before being stopped.
-func (r *running) ended(err error) error {
-	r.stopped = true
-	return err
-}
-
-// abort stops whatever still runs, the feeder first (it waits for the
-// design's progress), and releases the timer and the sampler.
-func (r *running) abort() {
-	if r.fed != nil {
-		r.cancel()
-		<-r.fed
-		r.fed = nil
-	}
-	_ = r.stop()
-	r.smp.finish()
-	r.timeout.Stop()
-}
-
-// awaitReady waits until every partition is assigned.
-func (r *running) awaitReady() error {
-	select {
-	case <-r.d.ready:
-	case err := <-r.errc:
-		return fmt.Errorf("bench: %s (%s) stopped before consuming: %w", r.s.kind, r.phase, r.ended(err))
-	case <-r.timeout.C:
-		return fmt.Errorf("bench: %s (%s): no partition assigned after %v", r.s.kind, r.phase, r.limit)
-	}
-	r.tReady = time.Since(r.wall)
-	return nil
-}
-
-// feed starts the latency phase's feeder: the warm-up records at once, then
-// the rest at the paced rate once the design completed the warm-up.
-func (h *harness) feed(r *running) {
-	s := r.s
-	r.fed = make(chan error, 1)
-	go func() {
-		// r.f is read only after fed delivers.
-		f, err := h.c.pace(r.ctx, s.topic, s.exp.recs, s.pt.wc.Partitions, s.paceRate, s.warm, func(ctx context.Context) error {
-			return r.d.prog.reached(ctx, int64(s.warm))
-		})
-		r.f = f
-		r.fed <- err
-	}()
-}
-
-// awaitDone waits until every record is complete.
-func (r *running) awaitDone() error {
-	select {
-	case <-r.d.prog.done:
-	case err := <-r.errc:
-		if err == nil {
-			err = errors.New("stopped early")
-		}
-		return fmt.Errorf("bench: %s (%s): %w", r.s.kind, r.phase, r.ended(err))
-	case <-r.timeout.C:
-		return fmt.Errorf("bench: %s (%s) stalled: %d of %d records complete after %v",
-			r.s.kind, r.phase, r.d.prog.completed(), r.d.prog.total(), r.limit)
-	}
-	end := cpuTime()
-	r.cpu = end - r.cpu0
-	if c := r.d.prog.firstCPU.Load(); c > 0 {
-		r.windowCPU = end - time.Duration(c)
-	}
-	r.tDone = time.Since(r.wall)
-	r.smp.finish()
-	if r.d.note != nil {
-		r.note = r.d.note()
-	}
-	return nil
-}
-
-// finish waits for the feeder (every record was consumed, so every one was
-// sent), stops the design and flushes its producer and store, so its
-// outputs can be read back.
-func (r *running) finish() error {
-	if r.fed != nil {
-		err := <-r.fed
-		r.fed = nil
-		if err != nil {
-			return err
-		}
-	}
-	if err := r.stop(); err != nil {
-		return fmt.Errorf("bench: %s (%s) failed when stopping: %w", r.s.kind, r.phase, err)
-	}
-	if err := r.d.flush(); err != nil {
-		return err
-	}
-	r.tStop = time.Since(r.wall)
-	return nil
-}
-
-// result is what the run measured: throughput, CPU, heap, the
-// checkpoints and commits inside the measured window, efficiency against
-// the bounds, timer overshoot and the completion curve.
-func (r *running) result() *DesignResult {
-	d, s := r.d, r.s
+// result is what run s of d measured: throughput, CPU (cpu in all,
+// windowCPU from the first record), heap, the checkpoints and commits
+// inside the measured window, timer overshoot and slot use.
+func (d *design) result(s runSpec, cpu, windowCPU time.Duration, smp *sampler) *DesignResult {
 	el := d.prog.elapsed()
 	res := &DesignResult{
 		Design:          string(s.kind),
 		BatchSize:       s.batch,
 		Elapsed:         el.Seconds(),
-		CPUs:            r.cpu.Seconds(),
-		PeakHeapMB:      float64(r.smp.peakLive) / (1 << 20),
-		PeakHeapAllocMB: float64(r.smp.peakAlloc) / (1 << 20),
-		Note:            r.note,
+		CPUs:            cpu.Seconds(),
+		PeakHeapMB:      float64(smp.peakLive) / (1 << 20),
+		PeakHeapAllocMB: float64(smp.peakAlloc) / (1 << 20),
 		GOMAXPROCS:      runtime.GOMAXPROCS(0),
-		windowCPU:       r.windowCPU,
+		windowCPU:       windowCPU,
 	}
 	if el > 0 {
 		res.ThroughputRPS = float64(d.prog.total()) / el.Seconds()
@@ -919,9 +851,8 @@ func (res *DesignResult) efficiency(s runSpec, e *expectation, g chain.GateScope
 
 // judge reads the design's topics back, checks them against the model and
 // sets res.Correctness; it fails with ErrIncorrect when they differ.
-func (h *harness) judge(r *running, res *DesignResult) error {
-	s := r.s
-	c, err := h.check(r.d, s.exp)
+func (h *harness) judge(d *design, s runSpec, phase string, res *DesignResult) error {
+	c, err := h.check(d, s.exp)
 	if err != nil {
 		return err
 	}
@@ -937,7 +868,7 @@ func (h *harness) judge(r *running, res *DesignResult) error {
 	res.Correctness = &c
 	if !c.OK {
 		return fmt.Errorf("%w: %s (%s, workload %s P=%d W=%d): missing %d, duplicated %d, mismatched %d, unexpected %d, out of order %d; first: %s",
-			ErrIncorrect, s.kind, r.phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
+			ErrIncorrect, s.kind, phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
 			c.Missing, c.Duplicates, c.Mismatched, c.Unexpected, c.OrderViolations, c.First)
 	}
 	return nil
@@ -945,11 +876,9 @@ func (h *harness) judge(r *running, res *DesignResult) error {
 
 // latency sets the latencies of the measured outputs (and their floors)
 // from the acknowledgement log and the feeder's send times.
-func (h *harness) latency(r *running, res *DesignResult) {
-	s, f := r.s, r.f
+func (h *harness) latency(s runSpec, acks []ack, f *feeder, res *DesignResult) {
 	first, last := &s.exp.recs[s.warm], &s.exp.recs[s.warm+s.measured-1]
 	from, to := f.sentAt[first.Partition][first.Offset].Load(), f.sentAt[last.Partition][last.Offset].Load()
-	acks := r.d.acks.acks
 	lat := latencies(acks, f, from, to)
 	res.LatencyOutputs = len(lat)
 	if len(lat) > 0 {
