@@ -64,6 +64,24 @@ func (o HeavyKeyOptions) withDefaults() HeavyKeyOptions {
 	return o
 }
 
+// Validate reports, once the defaults are applied, what HeavyKey would
+// reject, naming each field by its flag of `differential heavykey`.
+func (o HeavyKeyOptions) Validate() error { return o.withDefaults().validate() }
+
+func (o HeavyKeyOptions) validate() error {
+	switch {
+	case o.Records < 1:
+		return fmt.Errorf("--records must be >= 1, got %d", o.Records)
+	case o.Partitions < 1:
+		return fmt.Errorf("--partitions must be >= 1, got %d", o.Partitions)
+	case o.Share <= 0 || o.Share >= 1:
+		return fmt.Errorf("--share must be in (0, 1), got %v", o.Share)
+	case o.CommitEvery < 1:
+		return fmt.Errorf("--commit-every must be >= 1, got %d", o.CommitEvery)
+	}
+	return nil
+}
+
 // HeavyKeyClass is the cost of one class of records of one event type.
 type HeavyKeyClass struct {
 	Class string // "heavy key", "other keys, same partition", "other keys, other partitions"
@@ -125,8 +143,8 @@ type HeavyKeyReport struct {
 // cost, which is what grows with a key's history.
 func HeavyKey(ctx context.Context, opts HeavyKeyOptions) (*HeavyKeyReport, error) {
 	o := opts.withDefaults()
-	if o.Share < 0 || o.Share >= 1 {
-		return nil, fmt.Errorf("bench: heavy key share must be in (0, 1), got %v", o.Share)
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Seed, wc.HeavyKeyShare = o.Records, o.Partitions, o.Seed, o.Share

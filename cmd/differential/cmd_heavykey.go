@@ -32,15 +32,8 @@ func heavyKeyCmd(ctx context.Context, args []string, e *env) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case o.Records < 1:
-		return usagef("--records must be >= 1, got %d", o.Records)
-	case o.Partitions < 1:
-		return usagef("--partitions must be >= 1, got %d", o.Partitions)
-	case o.Share <= 0 || o.Share >= 1:
-		return usagef("--share must be in (0, 1), got %v", o.Share)
-	case o.CommitEvery < 1:
-		return usagef("--commit-every must be >= 1, got %d", o.CommitEvery)
+	if err := o.Validate(); err != nil {
+		return &usageError{err}
 	}
 	o.Progress = e.stderr
 	rep, err := bench.HeavyKey(ctx, o)
