@@ -31,11 +31,10 @@ each flag's help. Progress goes to stderr, the report table to stdout.`
 // benchCmd is `differential bench`.
 func benchCmd(ctx context.Context, args []string, e *env) error {
 	var o bench.Options
-	var workloads []string
 	logFormat, logLevel := "text", "error"
 	fs := newFlagSet("bench", benchSynopsis, e)
 	fs.Var(listValue{&o.Brokers}, "brokers", "Kafka bootstrap brokers, `host:port[,...]`; empty: an embedded broker")
-	fs.Var(listValue{&workloads}, "workloads", "workloads to run, any of `A,B,C` (default all)")
+	fs.Var(listValue{&o.Workloads}, "workloads", "workloads to run, any of `A,B,C` (default all)")
 	fs.Var(durationValue{&o.Duration}, "duration", "least `duration` of every throughput run; inputs are sized by each design's throughput to last it (default 12.5 × --commit-interval: 2.5s; --quick 0.625s; --eos-cost 5s)")
 	fs.Var(durationValue{&o.CommitInterval}, "commit-interval", "the chain's checkpoint and commit interval, a `duration` (default 200ms; --quick 50ms)")
 	fs.IntVar(&o.Records, "records", 0, "fix every design run's input to this many records instead of sizing it by time")
@@ -48,7 +47,7 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.BoolVar(&o.FullGrid, "full-grid", false, "run workload C over all nine partitions × workers points, not only P = W")
 	fs.IntVar(&o.Repeats, "repeats", 0, "runs of the chain and both baselines, alternating; the median is reported (default 1)")
 	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this `file` (its folder is created)")
-	fs.Var(intListValue{&o.SweepBatchSizes}, "sweep", "batch `sizes` the strongest micro-batch is measured at (default 500,2000,8000,32000; --quick 500,4000)")
+	fs.Var(intList(&o.SweepBatchSizes), "sweep", "batch `sizes` the strongest micro-batch is measured at (default 500,2000,8000,32000; --quick 500,4000)")
 	fs.IntVar(&o.BatchSize, "batch-size", 0, "micro-batch baseline: its poll size in records (default 500)")
 	fs.Var(durationValue{&o.BatchLinger}, "batch-linger", "micro-batch baseline: the `duration` a micro-batch poll waits for a full batch (default 100ms)")
 	fs.IntVar(&o.BufferSize, "buffer", 0, fmt.Sprintf("the chain's handoff buffer per partition (default %d)", chain.DefaultBufferSize))
@@ -66,14 +65,13 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	fs.Var(durationValue{&o.Velocity}, "velocity-window", "also run B's chain with the velocity stage over this `duration` (threshold 20) and report its cost per record (default 0: not)")
 	fs.BoolVar(&o.EOSCost, "eos-cost", false, "measure the exactly-once cost table instead of the design comparison: workloads B and A (--workloads), each of --guarantees at each of --commit-intervals")
 	fs.Var(listValue{&o.Guarantees}, "guarantees", "--eos-cost: delivery `guarantees`, any of at-least-once,exactly-once (default both)")
-	fs.Var(durationListValue{&o.CommitIntervals}, "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 50ms,100ms,250ms,500ms,1s; --quick 50ms,100ms,250ms)")
+	fs.Var(durationList(&o.CommitIntervals), "commit-intervals", "--eos-cost: the chain's commit `intervals` (default 50ms,100ms,250ms,500ms,1s; --quick 50ms,100ms,250ms)")
 	fs.BoolVar(&o.FloorOnly, "floor-only", false, "workload B only: measure its CPU floor (and --cores), no design comparison; every run of B measures the floor anyway")
-	fs.Var(intListValue{&o.Cores}, "cores", "workload B: also run the chain and the strongest micro-batch at each of these GOMAXPROCS `counts`, e.g. 1,2 (each at most the machine's CPUs; default none)")
+	fs.Var(intList(&o.Cores), "cores", "workload B: also run the chain and the strongest micro-batch at each of these GOMAXPROCS `counts`, e.g. 1,2 (each at most the machine's CPUs; default none)")
 	registerLogFlags(fs, &logFormat, &logLevel, "engine log `level`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o.Workloads = workloads
 	o.Gate = chain.GateScope(gate)
 	if len(o.Brokers) > 0 {
 		if err := checkBrokers("brokers", o.Brokers); err != nil {
@@ -97,61 +95,46 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	return err
 }
 
-// intListValue is a comma-separated list of integers (batch sizes).
-type intListValue struct{ p *[]int }
+// parsedList is a comma-separated list flag of values that parse reads
+// and format prints (batch sizes, core counts, commit intervals); want
+// names the values in the error for a bad one.
+type parsedList[T any] struct {
+	p      *[]T
+	parse  func(string) (T, error)
+	format func(T) string
+	want   string
+}
 
-func (l intListValue) String() string {
-	if l.p == nil || len(*l.p) == 0 {
+func intList(p *[]int) parsedList[int] {
+	return parsedList[int]{p, strconv.Atoi, strconv.Itoa, "integers (e.g. 500,2000)"}
+}
+
+func durationList(p *[]time.Duration) parsedList[time.Duration] {
+	return parsedList[time.Duration]{p, parseDuration, formatDuration, "durations (e.g. 100ms,1s,5s)"}
+}
+
+func (l parsedList[T]) String() string {
+	if l.p == nil {
 		return ""
 	}
 	parts := make([]string, len(*l.p))
-	for i, n := range *l.p {
-		parts[i] = strconv.Itoa(n)
+	for i, v := range *l.p {
+		parts[i] = l.format(v)
 	}
 	return strings.Join(parts, ",")
 }
 
-func (l intListValue) Set(s string) error {
-	var out []int
+func (l parsedList[T]) Set(s string) error {
+	var out []T
 	for _, x := range strings.Split(s, ",") {
 		if x = strings.TrimSpace(x); x == "" {
 			continue
 		}
-		n, err := strconv.Atoi(x)
+		v, err := l.parse(x)
 		if err != nil {
-			return fmt.Errorf("not a list of integers (e.g. 500,2000): %q", s)
+			return fmt.Errorf("not a list of %s: %q", l.want, s)
 		}
-		out = append(out, n)
-	}
-	*l.p = out
-	return nil
-}
-
-// durationListValue is a comma-separated list of durations.
-type durationListValue struct{ p *[]time.Duration }
-
-func (l durationListValue) String() string {
-	if l.p == nil || len(*l.p) == 0 {
-		return ""
-	}
-	parts := make([]string, len(*l.p))
-	for i, d := range *l.p {
-		parts[i] = formatDuration(d)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l durationListValue) Set(s string) error {
-	var out []time.Duration
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x == "" {
-			continue
-		}
-		d, err := parseDuration(x)
-		if err != nil {
-			return fmt.Errorf("not a list of durations (e.g. 100ms,1s,5s): %q", s)
-		}
-		out = append(out, d)
+		out = append(out, v)
 	}
 	*l.p = out
 	return nil
