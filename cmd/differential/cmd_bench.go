@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -84,13 +85,21 @@ func benchCmd(ctx context.Context, args []string, e *env) error {
 	o.Progress = e.stderr
 	o.Logger = newLogger(e.stderr, logFormat, logLevel)
 	rep, err := bench.Run(ctx, o)
-	if len(rep.Workloads) > 0 {
-		if werr := rep.WriteTable(e.stdout); werr != nil && err == nil {
+	return benchDone(e, len(rep.Workloads) > 0, rep.WriteTable, err, "a design's outputs differ from the reference model (see the report)")
+}
+
+// benchDone ends a bench command: the report's table goes to stdout when
+// anything was measured, even if the run then failed (what it measured
+// so far), and a run whose outputs differ from the model fails with
+// incorrect (exit 1).
+func benchDone(e *env, measured bool, writeTable func(io.Writer) error, err error, incorrect string) error {
+	if measured {
+		if werr := writeTable(e.stdout); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	if errors.Is(err, bench.ErrIncorrect) {
-		return fmt.Errorf("a design's outputs differ from the reference model (see the report): %w", err)
+		return fmt.Errorf("%s: %w", incorrect, err)
 	}
 	return err
 }

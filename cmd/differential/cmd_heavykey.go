@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/differential-dev/differential/bench"
 )
@@ -37,13 +35,5 @@ func heavyKeyCmd(ctx context.Context, args []string, e *env) error {
 	}
 	o.Progress = e.stderr
 	rep, err := bench.HeavyKey(ctx, o)
-	if rep != nil && len(rep.Classes) > 0 {
-		if werr := rep.WriteTable(e.stdout); werr != nil && err == nil {
-			err = werr
-		}
-	}
-	if errors.Is(err, bench.ErrIncorrect) {
-		return fmt.Errorf("the outputs differ from the reference model: %w", err)
-	}
-	return err
+	return benchDone(e, rep != nil && len(rep.Classes) > 0, rep.WriteTable, err, "the outputs differ from the reference model")
 }
