@@ -69,16 +69,12 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 		return done
 	}
 	// arr[x]: when x can have been fetched (the log is read in offset
-	// order); maxT[x]: the largest valid event time at offsets ≤ x.
-	arr, maxT := make([]int64, n), make([]int64, n)
-	m, a := int64(0), int64(0)
+	// order).
+	arr, maxT := make([]int64, n), watermarks(log)
+	a := int64(0)
 	for x := range log {
 		a = max(a, sent[x])
 		arr[x] = a
-		if log[x].valid {
-			m = max(m, log[x].t)
-		}
-		maxT[x] = m
 	}
 	// idleAt[x]: the end of the first quiet gap (> idle) from x on, which
 	// follows record idleLast[x].
@@ -117,28 +113,8 @@ func cascadeDone(log []pathRecord, sent []int64, r floorRule) [3][]int64 {
 				}
 			}
 			if r.scope == chain.GateKey {
-				pm := map[string][]int64{}
-				for u, xs := range offs {
-					s := make([]int64, len(xs))
-					for i, y := range xs {
-						s[i] = prev[y]
-						if i > 0 {
-							s[i] = max(s[i], s[i-1])
-						}
-					}
-					pm[u] = s
-				}
-				upTo = func(x, lim int) int64 {
-					xs := offs[log[x].key]
-					i, found := slices.BinarySearch(xs, lim)
-					if !found {
-						i--
-					}
-					if i < 0 {
-						return 0
-					}
-					return pm[log[x].key][i]
-				}
+				km := newKeyMax(offs, prev)
+				upTo = func(x, lim int) int64 { return km.upTo(log[x].key, lim) }
 			} else {
 				upTo = func(_, lim int) int64 { return all[min(lim, n-1)] }
 			}

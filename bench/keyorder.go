@@ -25,14 +25,7 @@ func keyOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duration 
 	if n == 0 {
 		return 0
 	}
-	maxT := make([]int64, n) // largest valid event time at offsets <= x
-	m := int64(0)
-	for x := range log {
-		if log[x].valid {
-			m = max(m, log[x].t)
-		}
-		maxT[x] = m
-	}
+	maxT := watermarks(log)
 	// Each key's offsets, in order.
 	offs := map[string][]int{}
 	for x := range log {
@@ -41,35 +34,13 @@ func keyOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duration 
 	prev := make([]time.Duration, n) // the leader's completion time per record
 	cur := make([]time.Duration, n)
 	for k := range 3 {
-		// upTo[u][i] = the leader's latest completion among u's first i+1
-		// records: what a record of u waits for up to that offset.
-		upTo := map[string][]time.Duration{}
+		// waitFor(u, limit) is when the leader has completed u's records
+		// at offsets <= limit.
+		waitFor := func(string, int) time.Duration { return 0 }
 		leaderEnd := time.Duration(0)
 		if k > 0 {
-			for u, xs := range offs {
-				pm := make([]time.Duration, len(xs))
-				for i, x := range xs {
-					pm[i] = prev[x]
-					if i > 0 {
-						pm[i] = max(pm[i], pm[i-1])
-					}
-				}
-				upTo[u] = pm
-			}
+			waitFor = newKeyMax(offs, prev).upTo
 			leaderEnd = slices.Max(prev)
-		}
-		// waitFor is when the leader has completed u's records at offsets
-		// <= limit.
-		waitFor := func(u string, limit int) time.Duration {
-			xs := offs[u]
-			i, found := slices.BinarySearch(xs, limit)
-			if !found {
-				i--
-			}
-			if i < 0 {
-				return 0
-			}
-			return upTo[u][i]
 		}
 		last := map[string]time.Duration{}
 		for x := range log {

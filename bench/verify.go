@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -183,16 +184,7 @@ func chainOrderPath(log []pathRecord, lateness, idle time.Duration) time.Duratio
 	if n == 0 {
 		return 0
 	}
-	// maxT[x] = largest valid event time at offsets <= x: the leader's
-	// watermark once its position is past x.
-	maxT := make([]int64, n)
-	m := int64(0)
-	for x := range log {
-		if log[x].valid {
-			m = max(m, log[x].t)
-		}
-		maxT[x] = m
-	}
+	maxT := watermarks(log)
 	prev := make([]time.Duration, n) // leader's prefix completion times
 	cur := make([]time.Duration, n)
 	for k := range 3 {
@@ -350,6 +342,55 @@ func (e *expectation) verify(outs, dlq map[int32][]*sarama.ConsumerMessage) Corr
 		c.First = r.Problems[0]
 	}
 	return c
+}
+
+// watermarks returns maxT: maxT[x] is the largest valid event time at
+// offsets <= x, the leader's watermark once its position is past x.
+func watermarks(log []pathRecord) []int64 {
+	maxT := make([]int64, len(log))
+	m := int64(0)
+	for x := range log {
+		if log[x].valid {
+			m = max(m, log[x].t)
+		}
+		maxT[x] = m
+	}
+	return maxT
+}
+
+// keyMax is, for each key, the running maximum of a per-offset value (the
+// leader's completion times) over that key's offsets, in order.
+type keyMax[T cmp.Ordered] struct {
+	offs map[string][]int // each key's offsets, in order
+	max  map[string][]T   // max[u][i]: the largest value among offs[u][:i+1]
+}
+
+func newKeyMax[T cmp.Ordered](offs map[string][]int, v []T) keyMax[T] {
+	km := keyMax[T]{offs: offs, max: make(map[string][]T, len(offs))}
+	for u, xs := range offs {
+		m := make([]T, len(xs))
+		for i, x := range xs {
+			m[i] = v[x]
+			if i > 0 {
+				m[i] = max(m[i], m[i-1])
+			}
+		}
+		km.max[u] = m
+	}
+	return km
+}
+
+// upTo is the largest value among u's offsets <= lim (zero: none).
+func (km keyMax[T]) upTo(u string, lim int) T {
+	i, found := slices.BinarySearch(km.offs[u], lim)
+	if !found {
+		i--
+	}
+	if i < 0 {
+		var zero T
+		return zero
+	}
+	return km.max[u][i]
 }
 
 // firstAbove is the first offset j whose prefix maximum maxT[j] (maxT is
