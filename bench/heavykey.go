@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -43,24 +44,9 @@ type HeavyKeyOptions struct {
 }
 
 func (o HeavyKeyOptions) withDefaults() HeavyKeyOptions {
-	if o.Records == 0 {
-		o.Records = 1_000_000
-	}
-	if o.Partitions == 0 {
-		o.Partitions = 8
-	}
-	if o.Share == 0 {
-		o.Share = 0.3
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.CommitEvery == 0 {
-		o.CommitEvery = 10_000
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	o.Records, o.Partitions, o.CommitEvery = cmp.Or(o.Records, 1_000_000), cmp.Or(o.Partitions, 8), cmp.Or(o.CommitEvery, 10_000)
+	o.Share, o.Seed = cmp.Or(o.Share, 0.3), cmp.Or(o.Seed, 1)
+	o.Progress = cmp.Or[io.Writer](o.Progress, io.Discard)
 	return o
 }
 

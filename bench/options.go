@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -151,20 +152,7 @@ func (o Options) withDefaults() Options {
 	for i, w := range o.Workloads {
 		o.Workloads[i] = strings.ToUpper(strings.TrimSpace(w))
 	}
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	defDur := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&o.Partitions, 8)
-	def(&o.Workers, 64)
-	def(&o.Repeats, 1)
-	def(&o.BatchSize, 500)
+	o.Partitions, o.Workers, o.Repeats, o.BatchSize = cmp.Or(o.Partitions, 8), cmp.Or(o.Workers, 64), cmp.Or(o.Repeats, 1), cmp.Or(o.BatchSize, 500)
 	if len(o.SweepBatchSizes) == 0 {
 		o.SweepBatchSizes = []int{500, 2000, 8000, 32000}
 		if o.Quick {
@@ -175,46 +163,26 @@ func (o Options) withDefaults() Options {
 	}
 	slices.Sort(o.SweepBatchSizes)
 	o.SweepBatchSizes = slices.Compact(o.SweepBatchSizes)
-	def(&o.BufferSize, chain.DefaultBufferSize)
-	def(&o.PollingBufferSize, 32)
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	defDur(&o.CostMedian, defaultCost)
-	defDur(&o.BatchLinger, 100*time.Millisecond)
+	o.BufferSize, o.PollingBufferSize, o.Seed = cmp.Or(o.BufferSize, chain.DefaultBufferSize), cmp.Or(o.PollingBufferSize, 32), cmp.Or(o.Seed, 1)
+	o.CostMedian, o.BatchLinger, o.Timeout = cmp.Or(o.CostMedian, defaultCost), cmp.Or(o.BatchLinger, 100*time.Millisecond), cmp.Or(o.Timeout, 10*time.Minute)
 	if o.EOSCost {
 		// A fetch slower than 100 ms on a loaded machine with a real broker
 		// released a gate early once (a content difference fails the run);
 		// longer runs keep the longer tail small.
-		defDur(&o.IdleTimeout, costIdleTimeout)
+		o.IdleTimeout = cmp.Or(o.IdleTimeout, costIdleTimeout)
 		if !o.Quick {
-			defDur(&o.Duration, costDuration)
+			o.Duration = cmp.Or(o.Duration, costDuration)
 		}
 	}
-	defDur(&o.IdleTimeout, 100*time.Millisecond)
-	defDur(&o.Timeout, 10*time.Minute)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, 100*time.Millisecond)
 	if o.Quick {
-		defDur(&o.LatencyDuration, time.Second)
-		defDur(&o.CommitInterval, 50*time.Millisecond)
+		o.LatencyDuration, o.CommitInterval = cmp.Or(o.LatencyDuration, time.Second), cmp.Or(o.CommitInterval, 50*time.Millisecond)
 	}
-	defDur(&o.LatencyDuration, 6*time.Second)
-	defDur(&o.CommitInterval, 200*time.Millisecond)
-	defDur(&o.Duration, o.CommitInterval*25/2)
-	if o.LatencyLoad == 0 {
-		o.LatencyLoad = 0.5
-	}
-	if o.Store == "" {
-		o.Store = "pebble"
-	}
-	if o.Gate == "" {
-		o.Gate = chain.GateKey
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.LatencyDuration, o.CommitInterval = cmp.Or(o.LatencyDuration, 6*time.Second), cmp.Or(o.CommitInterval, 200*time.Millisecond)
+	o.Duration = cmp.Or(o.Duration, o.CommitInterval*25/2)
+	o.LatencyLoad, o.Store, o.Gate = cmp.Or(o.LatencyLoad, 0.5), cmp.Or(o.Store, "pebble"), cmp.Or(o.Gate, chain.GateKey)
+	o.Progress = cmp.Or[io.Writer](o.Progress, io.Discard)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	return o
 }
 
