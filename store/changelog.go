@@ -225,6 +225,7 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 	// Every key's expiry after the batch (0: deleted or never expires),
 	// for the expiry index once the batch is persisted.
 	x := &p.ckpt.exp
+	sets := 0
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)
 		if r.Value == nil {
@@ -242,6 +243,7 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		// Before the batch commits: a get that misses the filter does not
 		// read the backend (keyFilter's invariant).
 		p.filter.Load().add(r.Key)
+		sets++
 		x.record(expiryItem{exp: valueExpiry(enc), key: string(r.Key)})
 	}
 	for _, s := range p.stages {
@@ -255,7 +257,7 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 		x.drop()
 		return p.err("restore", err)
 	}
-	x.keep()
+	x.keep(sets)
 	// The backend changed under the cached scan iterators.
 	p.mu.Lock()
 	stale := p.newGenLocked()
@@ -289,9 +291,18 @@ func (p *partitionStore) FinishRestore(cps []commit.Checkpoint, changelogOffset 
 	if err := b.commit(); err != nil {
 		return p.err("restore", err)
 	}
-	// Here rather than at the first checkpoint, which would pause the
-	// stages for it.
-	p.ckpt.exp.settle()
+	// Here rather than at the first checkpoint, which would otherwise do
+	// them with the stages' state changes waiting: the expiry index takes in
+	// the restored entries, and a restore into an empty partition, which
+	// outgrows the empty partition's key filter at once, gets a filter built
+	// from the restored keys instead of the two scans of every entry that
+	// rebuildFilterIfFull would make. (Every key the filter was given is
+	// among them when it counted as many as the restore's writes.)
+	x := &p.ckpt.exp
+	if f := p.filter.Load(); f.full() && f.added.Load() == x.keptSets {
+		p.filter.Store(x.keptFilter())
+	}
+	x.settle()
 	return nil
 }
 

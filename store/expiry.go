@@ -41,6 +41,8 @@ type expiryIndex struct {
 	// in h and cur, in the order they were written.
 	batch []expiryItem
 	kept  [][]expiryItem
+	// keptSets counts the items of kept that are writes (not deletions).
+	keptSets int64
 }
 
 // current returns the persisted expiry of key's entry; ok is false when
@@ -63,8 +65,10 @@ func (x *expiryIndex) drop() {
 	x.batch = x.batch[:0]
 }
 
-// keep marks the recorded items of the batch as persisted, for settle.
-func (x *expiryIndex) keep() {
+// keep marks the recorded items of the batch, sets of them writes, as
+// persisted, for settle.
+func (x *expiryIndex) keep(sets int) {
+	x.keptSets += int64(sets)
 	if len(x.batch) > 0 {
 		x.kept = append(x.kept, x.batch)
 		x.batch = make([]expiryItem, 0, cap(x.batch))
@@ -98,7 +102,7 @@ func (x *expiryIndex) settle() {
 			live = append(live, it)
 		}
 	}
-	x.kept = nil
+	x.kept, x.keptSets = nil, 0
 	switch {
 	case len(x.h) == 0:
 		x.h = live
@@ -230,4 +234,22 @@ func (x *expiryIndex) len() int {
 	return len(x.h)
 }
 
-func (x *expiryIndex) reset() { x.h, x.cur, x.batch, x.kept = nil, nil, nil, nil }
+func (x *expiryIndex) reset() {
+	x.h, x.cur, x.batch, x.kept, x.keptSets = nil, nil, nil, nil, 0
+}
+
+// keptFilter is a filter of every key kept (written or deleted: a deleted
+// key costs a false positive only).
+func (x *expiryIndex) keptFilter() *keyFilter {
+	n := 0
+	for _, items := range x.kept {
+		n += len(items)
+	}
+	f := newKeyFilter(int64(n))
+	for _, items := range x.kept {
+		for _, it := range items {
+			f.addString(it.key)
+		}
+	}
+	return f
+}
