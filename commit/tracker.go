@@ -338,9 +338,6 @@ func (t *Tracker) SetInitialMeta(meta int64) {
 // Abandoned records (Abandon) are not in flight.
 func (t *Tracker) InFlight() int { return t.n - t.done - t.abandoned }
 
-// Abandoned returns the number of abandoned records still occupying slots.
-func (t *Tracker) Abandoned() int { return t.abandoned }
-
 // CompletedAbove returns the number of records completed out of order
 // above the position (behind an incomplete one). When it is 0 the
 // completed set is exactly the prefix below the position: what exactly-once

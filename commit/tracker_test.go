@@ -443,7 +443,7 @@ func trackerState(tr *Tracker) string {
 		limit = strconv.FormatInt(l, 10)
 	}
 	return fmt.Sprintf("next=%d meta=%d\nin-flight=%d occupied=%d/%d completed-above=%d abandoned=%d begin-limit=%s\ncarried=%v",
-		next, meta, tr.InFlight(), tr.Occupied(), tr.Window(), tr.CompletedAbove(), tr.Abandoned(), limit,
+		next, meta, tr.InFlight(), tr.Occupied(), tr.Window(), tr.CompletedAbove(), tr.abandoned, limit,
 		tr.AppendCompletedAbove(nil))
 }
 
