@@ -272,11 +272,14 @@ func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
 // the position moved: it does exactly when nothing begun before offset is
 // still incomplete.
 func (t *Tracker) BeginCompleted(offset int64, meta int64) (advanced bool, err error) {
-	return t.BeginCompletedKey(offset, meta, 0)
+	return t.beginCompletedKey(offset, meta, 0)
 }
 
-// BeginCompletedKey is BeginCompleted of a record of key (see BeginKey).
-func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advanced bool, err error) {
+// beginCompletedKey is BeginCompleted of a record of key (see BeginKey).
+// BeginCompleted is it with key 0: the chain begins records completed only
+// on a stage without a key table (stageRun.direct), so no caller needs a
+// key; the tracker's tests use it to mix both kinds of begin.
+func (t *Tracker) beginCompletedKey(offset int64, meta int64, key uint64) (advanced bool, err error) {
 	if offset <= t.last || offset == math.MaxInt64 {
 		return false, t.misuse("begin", offset, ErrOutOfOrder)
 	}
