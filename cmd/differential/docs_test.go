@@ -254,10 +254,10 @@ func containsRun(hay, needle []string) bool {
 
 func slicesEqual(a, b []string) bool { return slices.Equal(a, b) }
 
-// TestDocFencesClose: every fenced block of the docs is closed by a line of
+// TestDocsFencesClose: every fenced block of the docs is closed by a line of
 // its own, so that no block swallows the prose after it (and the snippet
 // checks, which read closed blocks only, see every block).
-func TestDocFencesClose(t *testing.T) {
+func TestDocsFencesClose(t *testing.T) {
 	for _, path := range docFiles(t) {
 		open := 0
 		for i, l := range strings.Split(readDoc(t, path), "\n") {
@@ -277,11 +277,11 @@ func TestDocFencesClose(t *testing.T) {
 	}
 }
 
-// TestDocGoSnippetsCompile: every Go snippet of README.md and docs/*.md is
+// TestDocsGoSnippetsCompile: every Go snippet of README.md and docs/*.md is
 // quoted, line for line, from a Go file of the repository — so go vet and
 // go test compile it — and the README's are whole Example functions, which
 // go test runs and checks against their Output.
-func TestDocGoSnippetsCompile(t *testing.T) {
+func TestDocsGoSnippetsCompile(t *testing.T) {
 	src := goSource(t)
 	paths := []string{filepath.Join(repoRoot, "README.md")}
 	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
