@@ -143,7 +143,7 @@ func checkBenchOptions(o *bench.Options) error {
 	// The report's file: its folder is created (a fresh clone has no
 	// bench/results) and checked writable before minutes of measuring.
 	if err := bench.CheckWritable(o.JSONPath); err != nil {
-		return usagef("--json: %v", err)
+		return usagef("--json: %w", err)
 	}
 	return nil
 }
