@@ -47,7 +47,7 @@
 // cursor, discards what all of them have passed (Discard: the slots are
 // zeroed at once, so the records they point to can be collected). The writer never waits for any reader but the pacer;
 // a slower reader that is overtaken gets ErrEvicted and polls Kafka until
-// Covers(cursor) holds again.
+// Room(cursor) reports it covered again.
 //
 // # Concurrency contract
 //

@@ -8,7 +8,7 @@ import (
 var (
 	// ErrEvicted is returned (as an *EvictedError) by Read and TryRead when
 	// the requested offset is below Low: the records were evicted and the
-	// reader must poll Kafka until Covers(cursor) holds again.
+	// reader must poll Kafka until Room(cursor) reports it covered again.
 	ErrEvicted = errors.New("buffer: offset evicted")
 	// ErrClosed is returned by Append after Close, and by Read/TryRead once
 	// drained when Close was called with a nil error.

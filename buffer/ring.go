@@ -608,18 +608,11 @@ func (r *Ring[T]) Close(err error) {
 	}
 }
 
-// Covers reports whether a reader at from can read from the ring (from >=
-// Low()), i.e. whether a polling reader may switch back. Offsets at or above
-// High() are covered: Read waits for them.
-func (r *Ring[T]) Covers(from int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return from >= r.mu.low
-}
-
-// Room reports whether a reader at from can read from the ring (Covers),
-// and if so how many items the writer can still append before it must
-// evict the item at from: the free slots plus the items below from.
+// Room reports whether a reader at from can read from the ring (from >=
+// Low(): a polling reader may switch back; offsets at or above High() are
+// covered, Read waits for them), and if so how many items the writer can
+// still append before it must evict the item at from: the free slots plus
+// the items below from.
 func (r *Ring[T]) Room(from int64) (covered bool, room int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -99,7 +99,7 @@ func TestWrapAround(t *testing.T) {
 	}
 }
 
-func TestEvictionAndCovers(t *testing.T) {
+func TestEvictionAndCovered(t *testing.T) {
 	r := New(4, 0, recOffset)
 	require.NoError(t, r.Append(t.Context(), recs(0, 1, 2, 3)))
 	assert.Equal(t, []int64{0, 1, 2, 3}, read(t, r, 0, 10, true))
@@ -119,10 +119,10 @@ func TestEvictionAndCovers(t *testing.T) {
 	_, err = r.Read(t.Context(), 0, make([]rec, 0, 4), false)
 	require.ErrorIs(t, err, ErrEvicted, "Read does not block when evicted")
 
-	assert.False(t, r.Covers(1))
-	assert.True(t, r.Covers(2))
-	assert.True(t, r.Covers(8))
-	assert.True(t, r.Covers(100), "offsets above High are covered (Read waits)")
+	assert.False(t, covered(r, 1))
+	assert.True(t, covered(r, 2))
+	assert.True(t, covered(r, 8))
+	assert.True(t, covered(r, 100), "offsets above High are covered (Read waits)")
 	assert.Equal(t, []int64{2, 3, 5, 7}, read(t, r, 2, 10, false))
 
 	// The slot freed by reading is reused lazily: no eviction while there is room.
@@ -139,7 +139,7 @@ func TestEvictionAndCovers(t *testing.T) {
 	read(t, r3, 6, 1, true)
 	require.NoError(t, r3.Append(t.Context(), recs(9)))
 	assert.Equal(t, int64(1), r3.Low())
-	assert.True(t, r3.Covers(1))
+	assert.True(t, covered(r3, 1))
 	assert.Equal(t, []int64{5, 9}, read(t, r3, 1, 4, false))
 }
 
@@ -861,7 +861,7 @@ func TestSetCapacityRaised(t *testing.T) {
 // log with random offset gaps in random batches; a pacer and two slow
 // readers read it. The slow readers stall (waiting for the writer to get
 // far ahead), get evicted, "poll Kafka" (read the source-of-truth log at
-// their cursor) until Covers(cursor) holds, then go back to the ring. Every
+// their cursor) until Room(cursor) reports it covered, then go back to the ring. Every
 // reader must see every offset exactly once, in order.
 func TestHandoffExact(t *testing.T) {
 	seeds := 1000
@@ -995,7 +995,7 @@ func (rd *exactReader) run(ctx context.Context) {
 	for {
 		if polling {
 			cursor = rd.poll(cursor)
-			polling = !rd.r.Covers(cursor)
+			polling = !covered(rd.r, cursor)
 			continue
 		}
 		rd.dawdle(ctx, cursor)
@@ -1060,4 +1060,10 @@ func (rd *exactReader) dawdle(ctx context.Context, cursor int64) {
 	case n < 3:
 		runtime.Gosched()
 	}
+}
+
+// covered is whether a reader at from can read from r.
+func covered(r *Ring[rec], from int64) bool {
+	ok, _ := r.Room(from)
+	return ok
 }

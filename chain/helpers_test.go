@@ -371,7 +371,7 @@ const hotShutdown = 10 * time.Second
 func hotRun(t *testing.T, n int, each func(tt *chaintest.Tester, x *chaintest.Transactor, i int)) (*chaintest.Tester, *chaintest.Transactor, *callCounter) {
 	t.Helper()
 	calls := new(callCounter)
-	tt, x, _ := eosTester(t, hotStages(40*time.Millisecond, calls),
+	tt, x, _ := exactlyOnceTester(t, hotStages(40*time.Millisecond, calls),
 		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
 	tt.SetAckMode(chaintest.AckAsync)
 	tt.Start(0)

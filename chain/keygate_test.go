@@ -248,10 +248,10 @@ func (o *keyInvariantObserver) rewinds(x *chaintest.Transactor) {
 	})
 }
 
-// requireEOSOutputs checks an exactly-once run of keyedStages (emitting):
+// requireExactlyOnceOutputs checks an exactly-once run of keyedStages (emitting):
 // the final commit covers the log, and read_committed readers see every
 // record's output exactly once, whatever the aborts repeated.
-func requireEOSOutputs(t *testing.T, tt *chaintest.Tester, x *chaintest.Transactor, recs []chain.Record, o *keyInvariantObserver) {
+func requireExactlyOnceOutputs(t *testing.T, tt *chaintest.Tester, x *chaintest.Transactor, recs []chain.Record, o *keyInvariantObserver) {
 	t.Helper()
 	commits := tt.Commits(0)
 	require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
@@ -315,7 +315,7 @@ func keyedStages(r *recorder, emit bool, keyConc int, cost func(stage string, o 
 // the new epoch completed, not against what the abort undid).
 func TestI1PerKeyRandomized(t *testing.T) { testI1PerKey(t, false) }
 
-func testI1PerKey(t *testing.T, eos bool) {
+func testI1PerKey(t *testing.T, exactlyOnce bool) {
 	for seed := range uint64(32) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -345,7 +345,7 @@ func testI1PerKey(t *testing.T, eos bool) {
 				}
 				r := newRecorder()
 				obs := newKeyInvariantObserver(t, d, lateness, keyed)
-				emit := rng.IntN(2) == 0 || eos
+				emit := rng.IntN(2) == 0 || exactlyOnce
 				opts := []chain.Option{chain.WithObserver(obs), chain.WithOffsetDistance(d), chain.WithLateness(lateness),
 					chain.WithBufferSize(bufSize), chain.WithBatchSize(min(bufSize, 1+rng.IntN(32))),
 					chain.WithInFlight(16 + rng.IntN(100))}
@@ -360,8 +360,8 @@ func testI1PerKey(t *testing.T, eos bool) {
 				}
 				tt.Log(0).SetMaxBatch(1 + rng.IntN(100))
 				var x *chaintest.Transactor
-				eosRng := rand.New(rand.NewPCG(seed, 77))
-				if eos {
+				exactlyOnceRng := rand.New(rand.NewPCG(seed, 77))
+				if exactlyOnce {
 					x = tt.UseTransactions()
 					obs.rewinds(x)
 				}
@@ -371,8 +371,8 @@ func testI1PerKey(t *testing.T, eos bool) {
 					obs.fed(recs[i : i+n]...)
 					tt.Append(0, recs[i:i+n]...)
 					i += n
-					if eos && eosRng.IntN(2) == 0 {
-						x.FailCommits(1 + eosRng.IntN(2))
+					if exactlyOnce && exactlyOnceRng.IntN(2) == 0 {
+						x.FailCommits(1 + exactlyOnceRng.IntN(2))
 					}
 					if rng.IntN(3) == 0 {
 						tt.WaitIdle()
@@ -382,8 +382,8 @@ func testI1PerKey(t *testing.T, eos bool) {
 				require.NoError(t, tt.Stop())
 				obs.check()
 				require.Positive(t, obs.released, "some records must pass a key-scoped gate")
-				if eos {
-					requireEOSOutputs(t, tt, x, recs, obs)
+				if exactlyOnce {
+					requireExactlyOnceOutputs(t, tt, x, recs, obs)
 					return
 				}
 				for s := range 3 {

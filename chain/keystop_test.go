@@ -31,7 +31,7 @@ func TestExactlyOnceKeyGateCleanStopRepeatsNothing(t *testing.T) { testKeyGateCl
 // exactly once.
 func TestKeyGateCleanStopRepeatsNothing(t *testing.T) { testKeyGateCleanStop(t, false) }
 
-func testKeyGateCleanStop(t *testing.T, eos bool) {
+func testKeyGateCleanStop(t *testing.T, exactlyOnce bool) {
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -52,7 +52,7 @@ func testKeyGateCleanStop(t *testing.T, eos bool) {
 					chain.WithOffsetDistance(3), chain.WithLateness(time.Second), chain.WithObserver(obs),
 					chain.WithBufferSize(64), chain.WithBatchSize(16), chain.WithInFlight(64), chain.WithCommitInterval(2*time.Millisecond))
 				var x *chaintest.Transactor
-				if eos {
+				if exactlyOnce {
 					x = tt.UseTransactions()
 				}
 				if seed%4 >= 2 {
@@ -93,7 +93,7 @@ func testKeyGateCleanStop(t *testing.T, eos bool) {
 				require.Equal(t, len(recs), n, "nothing lost")
 				commits = tt.Commits(0)
 				require.Equal(t, int64(len(recs)), commits[len(commits)-1].Offset)
-				if eos {
+				if exactlyOnce {
 					ncommits, aborts := x.Counts()
 					require.Zero(t, aborts, "no cycle aborted")
 					require.Greater(t, ncommits, 2, "cycles ran while records waited in the key gates")

@@ -18,8 +18,8 @@ import (
 	"github.com/differential-dev/differential/commit"
 )
 
-// eosTester is a tally chain in exactly-once mode with a changelog.
-func eosTester(t *testing.T, stages []chain.Stage, opts ...chain.Option) (*chaintest.Tester, *chaintest.Transactor, *chaintest.Changelog) {
+// exactlyOnceTester is a tally chain in exactly-once mode with a changelog.
+func exactlyOnceTester(t *testing.T, stages []chain.Stage, opts ...chain.Option) (*chaintest.Tester, *chaintest.Transactor, *chaintest.Changelog) {
 	opts = append([]chain.Option{chain.WithIdleTimeout(time.Millisecond), chain.WithCommitInterval(10 * time.Millisecond)}, opts...)
 	tt := chaintest.New(t, stages, testDecoder, opts...)
 	cl := tt.UseChangelog()
@@ -40,7 +40,7 @@ func requireExactlyOnce(t *testing.T, tt *chaintest.Tester) {
 // Stops land mid-stream, at every point of the cycle.
 func TestExactlyOnceStopCommitsFinalCycle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tt, x, _ := eosTester(t, tally(), chain.WithCommitInterval(time.Hour))
+		tt, x, _ := exactlyOnceTester(t, tally(), chain.WithCommitInterval(time.Hour))
 		var all []chain.Record
 		for round := range 5 {
 			tt.Start(0)
@@ -70,7 +70,7 @@ func TestExactlyOnceCycleCommitsEarlyAtTheLimits(t *testing.T) {
 		t.Run(lim.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				// One stage: no gate holds records back between cycles.
-				tt, x, _ := eosTester(t, tally()[:1], chain.WithCommitInterval(time.Hour), chain.WithTransactionLimits(lim.outputs, lim.writes))
+				tt, x, _ := exactlyOnceTester(t, tally()[:1], chain.WithCommitInterval(time.Hour), chain.WithTransactionLimits(lim.outputs, lim.writes))
 				start := time.Now()
 				tt.Start(0)
 				// Each chunk passes the limits: a cycle commits part of it at
@@ -204,7 +204,7 @@ func TestExactlyOnceLostCommitResultIsCommitted(t *testing.T) {
 func testLostCommitResults(t *testing.T, scope chain.GateScope, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 47))
 	calls := new(callCounter)
-	tt, x, _ := eosTester(t, resolveStages(scope, calls),
+	tt, x, _ := exactlyOnceTester(t, resolveStages(scope, calls),
 		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
 	if rng.IntN(2) == 0 {
 		tt.SetAckMode(chaintest.AckAsync)
@@ -262,7 +262,7 @@ func TestExactlyOnceFailedCommitNotCommittedRewinds(t *testing.T) {
 		t.Run(string(scope), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				calls := new(callCounter)
-				tt, x, _ := eosTester(t, resolveStages(scope, calls))
+				tt, x, _ := exactlyOnceTester(t, resolveStages(scope, calls))
 				tt.Start(0)
 				tt.Feed(0, resolveRecords(0, 60)...)
 				tt.WaitCommitted(0, 60)
@@ -293,7 +293,7 @@ func TestExactlyOnceUnknownCommitOutcomeFailsThePartition(t *testing.T) {
 			t.Run(fmt.Sprintf("committed=%v/%s", committed, scope), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					const shutdown = time.Second
-					tt, x, _ := eosTester(t, resolveStages(scope, new(callCounter)), chain.WithShutdownTimeout(shutdown))
+					tt, x, _ := exactlyOnceTester(t, resolveStages(scope, new(callCounter)), chain.WithShutdownTimeout(shutdown))
 					tt.Start(0)
 					tt.Feed(0, resolveRecords(0, 60)...)
 					tt.WaitCommitted(0, 60)
@@ -344,7 +344,7 @@ func TestExactlyOnceUnknownCommitOutcomeFailsThePartition(t *testing.T) {
 func TestExactlyOnceUnknownCommitOutcomeSparesUnchangedPartitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const shutdown = time.Second
-		tt, x, _ := eosTester(t, resolveStages(chain.GateKey, new(callCounter)), chain.WithShutdownTimeout(shutdown))
+		tt, x, _ := exactlyOnceTester(t, resolveStages(chain.GateKey, new(callCounter)), chain.WithShutdownTimeout(shutdown))
 		tt.Start(0, 1)
 		for p := range int32(2) {
 			tt.Feed(p, resolveRecords(0, 60)...)

@@ -20,7 +20,7 @@ import (
 // lost.
 func TestExactlyOnceFailedSendAbortsTheCycle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tt, x, _ := eosTester(t, tally())
+		tt, x, _ := exactlyOnceTester(t, tally())
 		tt.Start(0)
 		first := tallyRecords(0, 20)
 		tt.Feed(0, first...)
@@ -56,7 +56,7 @@ func testContiguousPrefixes(t *testing.T, scope chain.GateScope) {
 	synctest.Test(t, func(t *testing.T) {
 		stages := []chain.Stage{jittered("count", "click", 4), jittered("mark", "install", 3)}
 		stages[1].Gate = scope
-		tt, x, _ := eosTester(t, stages, chain.WithCommitInterval(5*time.Millisecond))
+		tt, x, _ := exactlyOnceTester(t, stages, chain.WithCommitInterval(5*time.Millisecond))
 		tt.SetAckMode(chaintest.AckAsync)
 		tt.Start(0)
 		recs := tallyRecords(0, 400)

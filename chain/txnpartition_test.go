@@ -61,7 +61,7 @@ func testRunPastTheCut(t *testing.T, outcome string, scope chain.GateScope, seed
 		}
 		return inner.Process(ctx, pc, e)
 	})
-	tt, x, _ := eosTester(t, stages, chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
+	tt, x, _ := exactlyOnceTester(t, stages, chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
 	if rng.IntN(2) == 0 {
 		tt.SetAckMode(chaintest.AckAsync)
 	}
@@ -186,7 +186,7 @@ func TestExactlyOnceStopWhileTheCycleCommitsWithDeferredSends(t *testing.T) {
 
 func testStopWhileCommitting(t *testing.T, outcome string, scope chain.GateScope, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 17))
-	tt, x, _ := eosTester(t, resolveStages(scope, new(callCounter)),
+	tt, x, _ := exactlyOnceTester(t, resolveStages(scope, new(callCounter)),
 		chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
 	if rng.IntN(2) == 0 {
 		tt.SetAckMode(chaintest.AckAsync)
@@ -256,7 +256,7 @@ func testStopWhileCommitting(t *testing.T, outcome string, scope chain.GateScope
 // from the changelog's committed records only.
 func TestExactlyOnceAbortRestartsFromCommittedPositionsWithOverlayDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tt, x, _ := eosTester(t, tally())
+		tt, x, _ := exactlyOnceTester(t, tally())
 		tt.Start(0)
 		var all []chain.Record
 		feed := func(n int) {
@@ -298,7 +298,7 @@ func TestExactlyOnceRecordInFlightAtAbortIsNotCommitted(t *testing.T) {
 		// Past the cycle's drain (the shutdown timeout), within the
 		// rewind's wait for it.
 		stages := countSlowOnce(30, 150*time.Millisecond)
-		tt, x, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt, x, _ := exactlyOnceTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
 		tt.Start(0)
 		tt.Feed(0, tallyRecords(0, 60)...)
 		tt.WaitCommitted(0, 60)
@@ -319,7 +319,7 @@ func TestExactlyOnceRewindThatCannotStopFailsThePartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Past the drain, the rewind's stop and its grace.
 		stages := countSlowOnce(30, time.Second)
-		tt, _, _ := eosTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
+		tt, _, _ := exactlyOnceTester(t, stages, chain.WithShutdownTimeout(100*time.Millisecond))
 		tt.Start(0)
 		tt.Append(0, tallyRecords(0, 60)...)
 		time.Sleep(2 * time.Second)

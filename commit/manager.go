@@ -109,11 +109,5 @@ func (m *Manager) Committed(offset int64, md string) {
 	}
 }
 
-// LastCommitted returns the last committed offset and metadata: those given
-// to NewManager (with empty metadata) until the first Committed.
-func (m *Manager) LastCommitted() (offset int64, md string) {
-	return m.offset, m.md
-}
-
 // Stages returns a copy of the stage names, in order.
 func (m *Manager) Stages() []string { return slices.Clone(m.stages) }

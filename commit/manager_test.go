@@ -22,7 +22,7 @@ func TestManagerMinOfStages(t *testing.T) {
 
 func TestManagerChanged(t *testing.T) {
 	m := NewManager(chainStages, 100)
-	off, md := m.LastCommitted()
+	off, md := m.offset, m.md
 	assert.Equal(t, int64(100), off)
 	assert.Empty(t, md)
 
@@ -37,7 +37,7 @@ func TestManagerChanged(t *testing.T) {
 	assert.True(t, changed, "Next alone records nothing")
 
 	m.Committed(offset, md)
-	gotOff, gotMD := m.LastCommitted()
+	gotOff, gotMD := m.offset, m.md
 	assert.Equal(t, offset, gotOff)
 	assert.Equal(t, md, gotMD)
 	_, _, changed, err = m.Next(cps)
@@ -95,7 +95,7 @@ func TestManagerRegression(t *testing.T) {
 
 	// A stale acknowledgement does not move the Manager back.
 	m.Committed(120, "")
-	gotOff, gotMD := m.LastCommitted()
+	gotOff, gotMD := m.offset, m.md
 	assert.Equal(t, int64(130), gotOff)
 	assert.Equal(t, md, gotMD)
 	_, _, _, err = m.Next(checkpoints(chainStages, 150, 0, 140, 0, 125, 0))
@@ -121,7 +121,7 @@ func assertRegression(t *testing.T, err error, stage string, next, floor, commit
 
 func TestManagerNoCommittedOffset(t *testing.T) {
 	m := NewManager(chainStages, -1)
-	off, _ := m.LastCommitted()
+	off := m.offset
 	assert.Equal(t, int64(-1), off)
 	offset, _, changed, err := m.Next(checkpoints(chainStages, 0, 0, 0, 0, 0, 0))
 	require.NoError(t, err)

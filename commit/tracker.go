@@ -272,11 +272,14 @@ func (t *Tracker) Complete(offset int64) (advanced bool, err error) {
 // the position moved: it does exactly when nothing begun before offset is
 // still incomplete.
 func (t *Tracker) BeginCompleted(offset int64, meta int64) (advanced bool, err error) {
-	return t.BeginCompletedKey(offset, meta, 0)
+	return t.beginCompletedKey(offset, meta, 0)
 }
 
-// BeginCompletedKey is BeginCompleted of a record of key (see BeginKey).
-func (t *Tracker) BeginCompletedKey(offset int64, meta int64, key uint64) (advanced bool, err error) {
+// beginCompletedKey is BeginCompleted of a record of key (see BeginKey).
+// BeginCompleted is it with key 0: the chain begins records completed only
+// on a stage without a key table (stageRun.direct), so no caller needs a
+// key; the tracker's tests use it to mix both kinds of begin.
+func (t *Tracker) beginCompletedKey(offset int64, meta int64, key uint64) (advanced bool, err error) {
 	if offset <= t.last || offset == math.MaxInt64 {
 		return false, t.misuse("begin", offset, ErrOutOfOrder)
 	}
@@ -337,9 +340,6 @@ func (t *Tracker) SetInitialMeta(meta int64) {
 // InFlight returns the number of records begun and not completed.
 // Abandoned records (Abandon) are not in flight.
 func (t *Tracker) InFlight() int { return t.n - t.done - t.abandoned }
-
-// Abandoned returns the number of abandoned records still occupying slots.
-func (t *Tracker) Abandoned() int { return t.abandoned }
 
 // CompletedAbove returns the number of records completed out of order
 // above the position (behind an incomplete one). When it is 0 the

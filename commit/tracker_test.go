@@ -377,7 +377,7 @@ func TestTrackerScenarios(t *testing.T) {
 				case "begin":
 					err = tr.BeginKey(o, m, key)
 				case "begin-completed":
-					advanced, err = tr.BeginCompletedKey(o, m, key)
+					advanced, err = tr.beginCompletedKey(o, m, key)
 				case "complete":
 					advanced, err = tr.Complete(o)
 				case "abandon":
@@ -443,7 +443,7 @@ func trackerState(tr *Tracker) string {
 		limit = strconv.FormatInt(l, 10)
 	}
 	return fmt.Sprintf("next=%d meta=%d\nin-flight=%d occupied=%d/%d completed-above=%d abandoned=%d begin-limit=%s\ncarried=%v",
-		next, meta, tr.InFlight(), tr.Occupied(), tr.Window(), tr.CompletedAbove(), tr.Abandoned(), limit,
+		next, meta, tr.InFlight(), tr.Occupied(), tr.Window(), tr.CompletedAbove(), tr.abandoned, limit,
 		tr.AppendCompletedAbove(nil))
 }
 
@@ -611,7 +611,7 @@ func (c *trackerChecker) do(op trackerOp) error {
 	advanced := false
 	switch {
 	case op.both:
-		advanced, got = c.tr.BeginCompletedKey(op.offset, op.meta, op.key)
+		advanced, got = c.tr.beginCompletedKey(op.offset, op.meta, op.key)
 	case op.begin:
 		got = c.tr.BeginKey(op.offset, op.meta, op.key)
 	case op.abandon:

@@ -32,6 +32,27 @@ func orDiscard(l *slog.Logger) *slog.Logger {
 	return l
 }
 
+// dial is how the Producer and the Transactor connect: it builds their
+// sarama configuration (config), warns when it sends in the clear, and opens
+// what open makes of it (a client, a producer) on brokers; a failure to
+// connect names what failed and is explained (ExplainConnect). It returns
+// the opened value, the configuration and the logger (discarding when
+// logger is nil).
+func dial[T any](brokers []string, sec Security, logger *slog.Logger, config func() (*sarama.Config, error), what string, open func([]string, *sarama.Config) (T, error)) (T, *sarama.Config, *slog.Logger, error) {
+	var zero T
+	sc, err := config()
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	log := orDiscard(logger)
+	warnInsecure(log, sc)
+	c, err := open(brokers, sc)
+	if err != nil {
+		return zero, nil, nil, fmt.Errorf("kafka: %s for brokers %v: %w", what, brokers, ExplainConnect(err, sec))
+	}
+	return c, sc, log, nil
+}
+
 // clientConfig copies base into the configuration of a client of its own:
 // the client id gets suffix, the metrics go to reg (when given), and the
 // protocol version is at least minVersion.

@@ -64,9 +64,9 @@ func BenchmarkGuarantee(b *testing.B) {
 	cfg := attribution.DefaultConfig()
 	cfg.MaxRecordBytes = wc.MaxRecordBytes
 	for _, interval := range []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second} {
-		for _, eos := range []bool{false, true} {
+		for _, exactlyOnce := range []bool{false, true} {
 			mode := "at-least-once"
-			if eos {
+			if exactlyOnce {
 				mode = "exactly-once"
 			}
 			b.Run(fmt.Sprintf("commit=%s/%s", interval, mode), func(b *testing.B) {
@@ -89,7 +89,7 @@ func BenchmarkGuarantee(b *testing.B) {
 					var closeProd func() error
 					opts := []chain.Option{chain.WithStore(db), chain.WithChangelog(cl), chain.WithOutputTopic(out), chain.WithDLQTopic(dlq),
 						chain.WithIdleTimeout(100 * time.Millisecond), chain.WithCommitInterval(interval)}
-					if eos {
+					if exactlyOnce {
 						tx, err := kafka.NewTransactor(kafka.TransactorConfig{Brokers: br.Addrs(), TransactionalID: testbroker.Name(b, "txn"),
 							Timeout: max(kafka.DefaultTransactionTimeout, 2*interval), Changelog: cl, Sarama: br.Config()})
 						if err != nil {

@@ -121,15 +121,9 @@ func (g *ackGroup) ack(err error) {
 
 // NewProducer connects a producer to the brokers.
 func NewProducer(cfg ProducerConfig) (*Producer, error) {
-	sc, err := cfg.saramaConfig()
+	ap, sc, log, err := dial(cfg.Brokers, cfg.Security, cfg.Logger, cfg.saramaConfig, "producer", sarama.NewAsyncProducer)
 	if err != nil {
 		return nil, err
-	}
-	log := orDiscard(cfg.Logger)
-	warnInsecure(log, sc)
-	ap, err := sarama.NewAsyncProducer(cfg.Brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	p := &Producer{log: log, brokers: cfg.Brokers, sc: sc}
 	p.out = newAckedProducer(ap, func(m *sarama.ProducerMessage) {

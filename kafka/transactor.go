@@ -202,15 +202,9 @@ var (
 // transactional id (InitProducerId), which fences any older producer with
 // the same id and aborts the transaction it left open.
 func NewTransactor(cfg TransactorConfig) (*Transactor, error) {
-	sc, err := cfg.saramaConfig()
+	client, sc, log, err := dial(cfg.Brokers, cfg.Security, cfg.Logger, cfg.saramaConfig, "transactional producer", sarama.NewClient)
 	if err != nil {
 		return nil, err
-	}
-	log := orDiscard(cfg.Logger)
-	warnInsecure(log, sc)
-	client, err := sarama.NewClient(cfg.Brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: transactional producer for brokers %v: %w", cfg.Brokers, ExplainConnect(err, cfg.Security))
 	}
 	t := &Transactor{client: client, sc: sc, cl: cfg.Changelog, log: log.With("transactional_id", cfg.TransactionalID), now: time.Now}
 	reg := sc.MetricRegistry

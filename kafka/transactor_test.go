@@ -28,8 +28,8 @@ import (
 	"github.com/differential-dev/differential/store"
 )
 
-// eosRun is one exactly-once member over a generated attribution input.
-type eosRun struct {
+// exactlyOnceRun is one exactly-once member over a generated attribution input.
+type exactlyOnceRun struct {
 	b             *testbroker.Broker
 	reg           metrics.Registry // the Transactor's and the chain's metrics
 	in, out, dlq  string
@@ -45,11 +45,11 @@ type eosRun struct {
 	committedOnce chan struct{}
 }
 
-func startEOS(t *testing.T, records int) *eosRun {
+func startExactlyOnce(t *testing.T, records int) *exactlyOnceRun {
 	t.Helper()
 	const partitions = 4
 	b := testbroker.New(t)
-	r := &eosRun{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
+	r := &exactlyOnceRun{b: b, in: b.Topic(t, partitions), out: b.Topic(t, partitions), dlq: b.Topic(t, 1),
 		group: testbroker.Name(t, "eos"), txnID: testbroker.Name(t, "txn"), partitions: partitions,
 		ends: map[int32]int64{}, ran: make(chan error, 1), reg: metrics.NewRegistry()}
 	wc := wl.DefaultConfig()
@@ -127,7 +127,7 @@ func (f *firstCommit) Committed(string, int32, int64, string) {
 // member and checks what a read_committed reader sees: every output and
 // dead letter of the model exactly once, nothing else, each user's in
 // input order (the attribution chain's key-scoped gate orders per key).
-func (r *eosRun) finish(t *testing.T) *reference.Report {
+func (r *exactlyOnceRun) finish(t *testing.T) *reference.Report {
 	t.Helper()
 	select {
 	case <-r.progress.done:
@@ -150,7 +150,7 @@ func (r *eosRun) finish(t *testing.T) *reference.Report {
 // An exactly-once member's outputs, dead letters, changelog and offsets:
 // read_committed, every output and dead letter once, as the model says.
 func TestExactlyOnceRunMatchesModel(t *testing.T) {
-	r := startEOS(t, 6000)
+	r := startExactlyOnce(t, 6000)
 	rep := r.finish(t)
 	t.Logf("outputs: %d, dead letters: %d", rep.Outputs().Distinct(), rep.DeadLetters.Distinct())
 }
@@ -170,7 +170,7 @@ func TestFencedTransactorRecovers(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sarama v1.61.1 races on transactionManager.lastError when a transactional producer is fenced (see the comment)")
 	}
-	r := startEOS(t, 6000)
+	r := startExactlyOnce(t, 6000)
 	select {
 	case <-r.committedOnce:
 	case <-time.After(time.Minute):
@@ -215,7 +215,7 @@ func TestFencedTransactorRecovers(t *testing.T) {
 // revoked member that outlasts it is expelled mid-drain and its partitions'
 // next owner races it. Runs on kfake and on a real broker.
 func TestExactlyOnceStopUnderFaultsFinishesInsideTheRebalanceTimeout(t *testing.T) {
-	r := startEOS(t, 6000)
+	r := startExactlyOnce(t, 6000)
 	select {
 	case <-r.committedOnce:
 	case <-time.After(time.Minute):
@@ -617,7 +617,7 @@ func TestLostEndTxnResponseCommitsOnce(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sarama v1.61.1 races on transactionManager.lastError when a transactional produce fails (see TestFencedTransactorRecovers)")
 	}
-	r := startEOS(t, 6000)
+	r := startExactlyOnce(t, 6000)
 	select {
 	case <-r.committedOnce:
 	case <-time.After(time.Minute):

@@ -3,7 +3,6 @@ package store
 import (
 	"log/slog"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -14,7 +13,6 @@ type config struct {
 	cacheBytes int64
 	logger     *slog.Logger
 	fs         vfs.FS
-	tune       func(*pebble.Options)
 }
 
 type optionFunc func(*config)
@@ -32,14 +30,6 @@ func WithLogger(l *slog.Logger) Option {
 // operating system's file system (vfs.Default).
 func WithFS(fs vfs.FS) Option {
 	return optionFunc(func(c *config) { c.fs = fs })
-}
-
-// WithPebbleOptions lets fn adjust the Pebble options after the store has
-// set its own (FormatNewest, a 64 MB memtable, a 512 MB block cache,
-// Bloom filters). fn must
-// not change FS, Logger or the comparer. Default: none.
-func WithPebbleOptions(fn func(*pebble.Options)) Option {
-	return optionFunc(func(c *config) { c.tune = fn })
 }
 
 // WithStateCacheBytes bounds the memory of the in-memory copies of the

@@ -55,9 +55,6 @@ func OpenPebble(dir string, opts ...Option) (*DB, error) {
 	// of an absent key then skips the tables instead of reading a block
 	// of each level.
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	if cfg.tune != nil {
-		cfg.tune(po)
-	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble at %q: %w", dir, err)

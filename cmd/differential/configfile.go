@@ -25,7 +25,7 @@ import (
 func applyConfigFile(fs *flag.FlagSet, path string, src sources, ignore map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return usagef("--config: %v", err)
+		return usagef("--config: %w", err)
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -33,7 +33,7 @@ func applyConfigFile(fs *flag.FlagSet, path string, src sources, ignore map[stri
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file sets nothing
 		}
-		return usagef("config file %s: %v", path, err)
+		return usagef("config file %s: %w", path, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil
@@ -60,16 +60,16 @@ func applyConfigFile(fs *flag.FlagSet, path string, src sources, ignore map[stri
 		}
 		val, err := scalarOf(v)
 		if err != nil {
-			return usagef("%s: key %q: %v", at, key, err)
+			return usagef("%s: key %q: %w", at, key, err)
 		}
 		if src[key].kind != fromDefault {
 			continue
 		}
 		if err := fs.Set(key, val); err != nil {
 			if secretFlags[key] {
-				return usagef("%s: key %q: invalid value: %v", at, key, err)
+				return usagef("%s: key %q: invalid value: %w", at, key, err)
 			}
-			return usagef("%s: key %q: invalid value %q: %v", at, key, val, err)
+			return usagef("%s: key %q: invalid value %q: %w", at, key, val, err)
 		}
 		src[key] = source{kind: fromFile, where: fmt.Sprintf("%s:%d", path, k.Line)}
 	}

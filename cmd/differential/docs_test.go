@@ -254,16 +254,39 @@ func containsRun(hay, needle []string) bool {
 
 func slicesEqual(a, b []string) bool { return slices.Equal(a, b) }
 
-// TestDocGoSnippetsCompile: every Go snippet of README.md and docs/*.md is
+// TestDocsFencesClose: every fenced block of the docs is closed by a line of
+// its own, so that no block swallows the prose after it (and the snippet
+// checks, which read closed blocks only, see every block).
+func TestDocsFencesClose(t *testing.T) {
+	for _, path := range docFiles(t) {
+		open := 0
+		for i, l := range strings.Split(readDoc(t, path), "\n") {
+			trimmed := strings.TrimSpace(l)
+			switch {
+			case open == 0 && strings.HasPrefix(trimmed, "```"):
+				open = i + 1
+			case open != 0 && trimmed == "```":
+				open = 0
+			case strings.Contains(trimmed, "```") && !strings.HasPrefix(trimmed, "```"):
+				t.Errorf("%s:%d: a fence mark inside a line (a closing fence stands on a line of its own)", path, i+1)
+			}
+		}
+		if open != 0 {
+			t.Errorf("%s:%d: the block opened here is never closed", path, open)
+		}
+	}
+}
+
+// TestDocsGoSnippetsCompile: every Go snippet of README.md and docs/*.md is
 // quoted, line for line, from a Go file of the repository — so go vet and
 // go test compile it — and the README's are whole Example functions, which
 // go test runs and checks against their Output.
-func TestDocGoSnippetsCompile(t *testing.T) {
+func TestDocsGoSnippetsCompile(t *testing.T) {
 	src := goSource(t)
 	paths := []string{filepath.Join(repoRoot, "README.md")}
 	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	require.NoError(t, err)
-	n := 0
+	n, readme := 0, 0
 	for _, path := range append(paths, pages...) {
 		for _, f := range fences(readDoc(t, path)) {
 			if f.lang != "go" {
@@ -280,6 +303,7 @@ func TestDocGoSnippetsCompile(t *testing.T) {
 			}
 			require.NotEmpty(t, found, "%s:%d: this Go snippet is not quoted from any Go file of the repository", path, f.line)
 			if filepath.Base(path) == "README.md" {
+				readme++
 				require.True(t, strings.HasSuffix(found, "_test.go"), "%s:%d: quoted from %s, not a test file", path, f.line, found)
 				require.Regexp(t, `^func Example\w*\(\) \{$`, snippet[0], "%s:%d: a README snippet is a whole Example", path, f.line)
 				require.Equal(t, "}", snippet[len(snippet)-1], "%s:%d", path, f.line)
@@ -288,6 +312,7 @@ func TestDocGoSnippetsCompile(t *testing.T) {
 		}
 	}
 	require.Positive(t, n)
+	require.Positive(t, readme, "the README's library example is checked")
 
 	// The check itself: a snippet that is not in the code is refused.
 	require.False(t, containsRun(src[filepath.Join(repoRoot, "chain", "hello_example_test.go")], []string{"func Example_helloWorld() {", "orders := byType(\"order\")"}))

@@ -64,7 +64,7 @@ func (h *httpFlags) serving(alias string) (httpServing, error) {
 		}
 		b, err := os.ReadFile(h.tokenFile)
 		if err != nil {
-			return httpServing{}, usagef("--http-token-file: %v", err)
+			return httpServing{}, usagef("--http-token-file: %w", err)
 		}
 		if token = kafka.Secret(strings.TrimRight(string(b), "\r\n")); token == "" {
 			return httpServing{}, usagef("--http-token-file %s is empty", h.tokenFile)
@@ -92,7 +92,7 @@ func (h *httpFlags) serving(alias string) (httpServing, error) {
 			return httpServing{}, usagef("--http-tls-cert-file and --http-tls-key-file go together, and --http-tls-client-ca-file needs them (mutual TLS is TLS)")
 		}
 		if s.tls, err = httpauth.ServerTLS(h.tls); err != nil {
-			return httpServing{}, usagef("--http-tls-*: %v", err)
+			return httpServing{}, usagef("--http-tls-*: %w", err)
 		}
 	}
 	return s, nil

@@ -32,7 +32,7 @@ func baseSarama(version sarama.KafkaVersion, maxRecordBytes int) *sarama.Config 
 func parseKafkaVersion(s string) (sarama.KafkaVersion, error) {
 	v, err := sarama.ParseKafkaVersion(s)
 	if err != nil {
-		return v, usagef("--kafka-version: %v", err)
+		return v, usagef("--kafka-version: %w", err)
 	}
 	if !v.IsAtLeast(sarama.V0_11_0_0) {
 		return v, usagef("--kafka-version: %s is too old: headers and idempotent producers need 0.11.0 or later", s)

@@ -255,7 +255,7 @@ func (o *runOptions) validate() error {
 	}
 	if o.instanceID != "" {
 		if err := kafka.ValidateInstanceID(o.instanceID); err != nil {
-			return usagef("--instance-id: %v", err)
+			return usagef("--instance-id: %w", err)
 		}
 	}
 	if err := o.velocity.validate(); err != nil {
@@ -266,7 +266,7 @@ func (o *runOptions) validate() error {
 	}
 	if o.changelog {
 		if err := checkTopic("changelog-topic", o.changelogName(), true); err != nil {
-			return usagef("%v (the default is <group>.<topic>.state; name one with --changelog-topic)", err)
+			return usagef("%w (the default is <group>.<topic>.state; name one with --changelog-topic)", err)
 		}
 	}
 	v, err := parseKafkaVersion(o.kafkaVersion)

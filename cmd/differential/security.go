@@ -74,7 +74,7 @@ func (s *securityFlags) security() (kafka.Security, error) {
 			continue
 		}
 		if _, err := os.Stat(f.path); err != nil {
-			return sec, usagef("--%s: %v", f.flag, err)
+			return sec, usagef("--%s: %w", f.flag, err)
 		}
 	}
 	if s.passwordFile != "" {
@@ -83,7 +83,7 @@ func (s *securityFlags) security() (kafka.Security, error) {
 		}
 		b, err := os.ReadFile(s.passwordFile)
 		if err != nil {
-			return sec, usagef("--sasl-password-file: %v", err)
+			return sec, usagef("--sasl-password-file: %w", err)
 		}
 		sec.SASL.Password = kafka.Secret(strings.TrimRight(string(b), "\r\n"))
 		if sec.SASL.Password == "" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/internal/kadmin"
 )
 
 // lagSample is one reading of the input topic's end offsets and the
@@ -63,11 +65,11 @@ func newLagSampler(brokers []string, topic, group string, partitions int32, inte
 		interval: interval, changed: make(chan struct{})}
 }
 
+// samplerConfig is kadmin's probe configuration with two-second reads and
+// one metadata retry.
 func samplerConfig() *sarama.Config {
-	sc := sarama.NewConfig()
+	sc := kadmin.ProbeConfig()
 	sc.ClientID = "differential-chaos-lag"
-	sc.Version = sarama.V3_0_0_0
-	sc.Net.DialTimeout = time.Second
 	sc.Net.ReadTimeout = 2 * time.Second
 	sc.Net.WriteTimeout = 2 * time.Second
 	sc.Metadata.Retry.Max = 1

@@ -676,6 +676,11 @@ func (r *Run) verify(recs []workload.Record, res *Result) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.StepTimeout)
 	defer cancel()
 	read := func(topic string) (map[int32][]*sarama.ConsumerMessage, error) {
+		// The engine's last transaction's markers land after its commit
+		// returned: a read at once could end before its outputs.
+		if err := kfetch.WaitStable(ctx, client, topic); err != nil {
+			return nil, err
+		}
 		return kfetch.ReadTopic(ctx, client, topic, true)
 	}
 	in, err := read(r.Input)

@@ -192,72 +192,19 @@ func (c *Cluster) ReadAll(topic string, readCommitted bool) (map[int32][]*sarama
 }
 
 // WaitStable waits, at most timeout, until no partition of topic has an
-// open transaction: its last stable offset (the end of what a
-// read_committed reader sees) equals its high watermark. A transaction's
-// commit markers are written after EndTxn returns, and a crashed
-// producer's transaction stays open until the transaction coordinator
-// aborts it (transaction.timeout.ms): a read_committed read right after an
-// exactly-once run may otherwise stop short.
+// open transaction (kfetch.WaitStable).
 func (c *Cluster) WaitStable(topic string, timeout time.Duration) error {
 	client, err := sarama.NewClient(c.addrs, c.Config())
 	if err != nil {
 		return fmt.Errorf("cluster: wait for %s to be stable: %w", topic, err)
 	}
 	defer closeQuietly(client)
-	ps, err := client.Partitions(topic)
-	if err != nil {
-		return fmt.Errorf("cluster: partitions of %s: %w", topic, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for _, p := range ps {
-		for {
-			stable, high, err := ends(client, topic, p)
-			if err == nil && stable >= high {
-				break
-			}
-			if time.Now().After(deadline) {
-				if err != nil {
-					return fmt.Errorf("cluster: %s/%d not stable after %v: %w", topic, p, timeout, err)
-				}
-				return fmt.Errorf("cluster: %s/%d not stable after %v (last stable offset %d, high watermark %d)", topic, p, timeout, stable, high)
-			}
-			time.Sleep(50 * time.Millisecond) // polls the broker; bounded by the deadline
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := kfetch.WaitStable(ctx, client, topic); err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
-}
-
-// ends returns a partition's last stable offset and high watermark.
-func ends(client sarama.Client, topic string, p int32) (stable, high int64, err error) {
-	leader, err := client.Leader(topic, p)
-	if err != nil {
-		return 0, 0, err
-	}
-	get := func(level sarama.IsolationLevel) (int64, error) {
-		req := sarama.NewOffsetRequest(client.Config().Version)
-		req.IsolationLevel = level
-		req.AddBlock(topic, p, sarama.OffsetNewest, 1)
-		resp, err := leader.GetAvailableOffsets(req)
-		if err != nil {
-			return 0, err
-		}
-		blk := resp.GetBlock(topic, p)
-		if blk == nil {
-			return 0, sarama.ErrIncompleteResponse
-		}
-		if blk.Err != sarama.ErrNoError {
-			return 0, blk.Err
-		}
-		if len(blk.Offsets) > 0 {
-			return blk.Offsets[0], nil
-		}
-		return blk.Offset, nil
-	}
-	if stable, err = get(sarama.ReadCommitted); err != nil {
-		return 0, 0, err
-	}
-	high, err = get(sarama.ReadUncommitted)
-	return stable, high, err
 }
 
 func closeQuietly(c interface{ Close() error }) { _ = c.Close() }

@@ -173,7 +173,7 @@ func (d *decoder) Decode(r *chain.Record) (chain.Decoded, error) {
 		case sp.kind == kString && sp.slow:
 			s, err := slowString(b[sp.start-1 : sp.end+1])
 			if err != nil {
-				return chain.Decoded{}, invalid("%s: %v", fieldNames[f], err)
+				return chain.Decoded{}, invalid("%s: %w", fieldNames[f], err)
 			}
 			strs[f] = s
 		default:

@@ -53,9 +53,9 @@ type detRun struct {
 	// live: streamed in bursts with pauses; otherwise appended at once (a
 	// backlog: a new group reading from offset 0).
 	live bool
-	// eos: exactly-once mode, with a transaction commit failing now and
+	// exactlyOnce: exactly-once mode, with a transaction commit failing now and
 	// then (an abort and a rewind of the cycle's releases).
-	eos bool
+	exactlyOnce bool
 	// moves: the partitions move between instances mid-run (a restart).
 	moves bool
 }
@@ -111,7 +111,7 @@ func runDet(t *testing.T, cfg attribution.Config, parts [][]chain.Record, r detR
 		chain.WithIdleTimeout(detIdle), chain.WithCommitInterval(50*time.Millisecond))
 	tt.UseChangelog()
 	var x *chaintest.Transactor
-	if r.eos {
+	if r.exactlyOnce {
 		x = tt.UseTransactions()
 	}
 	ps := make([]int32, len(parts))
@@ -129,7 +129,7 @@ func runDet(t *testing.T, cfg attribution.Config, parts [][]chain.Record, r detR
 	instances := []string{"b", "a", "c"}
 	streamDet(tt, parts, r.live, newStamper(), func(b int) {
 		switch {
-		case r.eos && b%15 == 2:
+		case r.exactlyOnce && b%15 == 2:
 			x.FailCommits(1)
 		case r.moves && b%25 == 5:
 			countIdles()
@@ -142,7 +142,7 @@ func runDet(t *testing.T, cfg attribution.Config, parts [][]chain.Record, r detR
 	}
 	countIdles()
 	require.NoError(t, tt.Stop())
-	if r.eos {
+	if r.exactlyOnce {
 		_, aborts := x.Counts()
 		require.Positive(t, aborts, "%s: some cycles aborted and rewound", r.name)
 	}
@@ -185,13 +185,13 @@ func TestOutputsAreAFunctionOfTheLog(t *testing.T) {
 		want := byInput(t, "live", liveOut)
 
 		_, movedOut, _ := runDet(t, cfg, parts, detRun{name: "moves", live: true, moves: true})
-		_, eosOut, _ := runDet(t, cfg, parts, detRun{name: "exactly-once", live: true, eos: true})
+		_, exactlyOnceOut, _ := runDet(t, cfg, parts, detRun{name: "exactly-once", live: true, exactlyOnce: true})
 		// The backlog: the very log the live run read, timestamps included.
 		_, backOut, _ := runDet(t, cfg, liveLogs, detRun{name: "backlog"})
 		for _, run := range []struct {
 			name string
 			outs []chain.Message
-		}{{"moves", movedOut}, {"exactly-once", eosOut}, {"backlog from offset 0", backOut}} {
+		}{{"moves", movedOut}, {"exactly-once", exactlyOnceOut}, {"backlog from offset 0", backOut}} {
 			got := byInput(t, run.name, run.outs)
 			require.Equal(t, len(want), len(got), "%s: outputs", run.name)
 			diff := 0

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/internal/kadmin"
 )
 
 func main() {
@@ -75,13 +77,10 @@ func wait(addrs []string, expect int, pids []int, timeout time.Duration) error {
 
 // probe fetches metadata and checks that the cluster lists expect brokers and a controller.
 func probe(addrs []string, expect int) error {
-	cfg := sarama.NewConfig()
+	cfg := kadmin.ProbeConfig()
 	cfg.ClientID = "differential-kafkaready"
-	cfg.Version = sarama.V3_0_0_0
-	cfg.Net.DialTimeout = time.Second
 	cfg.Net.ReadTimeout = 2 * time.Second
 	cfg.Net.WriteTimeout = 2 * time.Second
-	cfg.Metadata.Retry.Max = 0
 	cfg.Metadata.Full = true // fetch metadata (all topics: few on a fresh cluster) in NewClient
 	client, err := sarama.NewClient(addrs, cfg)
 	if err != nil {
