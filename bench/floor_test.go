@@ -66,14 +66,7 @@ func latencyFloor(a ack, f *feeder, from, to int64, e *expectation, lateness, id
 		return 0, false
 	}
 	log := e.paths[p]
-	maxT := make([]int64, len(log))
-	m := int64(0)
-	for x := range log {
-		if log[x].valid {
-			m = max(m, log[x].t)
-		}
-		maxT[x] = m
-	}
+	maxT := watermarks(log)
 	// after: the first offset whose stream time exceeds t+Lateness (none
 	// in the log: only the idle release opens the gate).
 	after := int64(firstAbove(maxT, log[o].t+int64(lateness)))
