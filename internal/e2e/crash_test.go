@@ -238,6 +238,7 @@ func (e *env) runUntil(t *testing.T, target int64, crash bool) {
 // letters are exactly the invalid records, the committed offsets reach the
 // ends, and the Pebble state equals the model's final state.
 func TestHardCrashRestartNoLossNoDoubleEffect(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "crash", 100_000, 3000, 42)
 
 	rng := rand.New(rand.NewPCG(7, 7))

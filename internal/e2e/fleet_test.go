@@ -438,6 +438,7 @@ func (f *fleet) waitStartedMore(t *testing.T, m *member, n int) {
 // ends, and every partition's state rebuilt from its changelog up to the
 // committed changelog offset equals the model's final state.
 func TestFleetMatchesSingleInstance(t *testing.T) {
+	t.Parallel()
 	for _, assignor := range []string{"sticky", "cooperative-sticky"} {
 		t.Run(assignor, func(t *testing.T) {
 			if assignor != "sticky" && os.Getenv("DIFFERENTIAL_FLEET_ALL") == "" {
@@ -456,6 +457,7 @@ func TestFleetMatchesSingleInstance(t *testing.T) {
 // leave, the frozen member and a SIGKILL, a read_committed reader sees
 // every output and dead letter of the model exactly once, nothing else.
 func TestExactlyOnceFleet(t *testing.T) {
+	t.Parallel()
 	testFleet(t, "sticky", true)
 }
 

@@ -115,6 +115,7 @@ func requireSameOutputs(t *testing.T, what string, a, b map[string]string) {
 // byte. Both guarantees. The releases are decided over the log, so the
 // restart and the backfill decide them where the live run did.
 func TestSIGKILLWithPausesNoConflictingDuplicates(t *testing.T) {
+	t.Parallel()
 	for _, g := range []string{"at-least-once", "exactly-once"} {
 		t.Run(g, func(t *testing.T) {
 			const partitions = 2
@@ -232,6 +233,7 @@ func deleteChangelogs(b *testbroker.Broker, in string, groups ...string) {
 // at all to a read_committed reader); the commits reach the ends and each
 // partition's changelog holds the model's final state.
 func TestScaleOutWithPausesNoConflictingDuplicates(t *testing.T) {
+	t.Parallel()
 	for _, g := range []string{"at-least-once", "exactly-once"} {
 		t.Run(g, func(t *testing.T) {
 			const partitions = 4

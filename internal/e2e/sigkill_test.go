@@ -22,14 +22,39 @@ import (
 	"github.com/differential-dev/differential/processors/attribution/reference"
 )
 
-// buildCLI builds cmd/differential into a temporary directory.
+// cli is the cmd/differential binary every test of the process runs,
+// built once (a link of it is seconds of CPU); TestMain removes its
+// directory.
+var cli struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildCLI returns the path of cmd/differential built for this test
+// process.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "differential")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/differential-dev/differential/cmd/differential")
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Run(), "go build")
-	return bin
+	cli.once.Do(func() {
+		if cli.dir, cli.err = os.MkdirTemp("", "differential-e2e-*"); cli.err != nil {
+			return
+		}
+		cli.path = filepath.Join(cli.dir, "differential")
+		out, err := exec.Command("go", "build", "-o", cli.path, "github.com/differential-dev/differential/cmd/differential").CombinedOutput()
+		if err != nil {
+			cli.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, cli.err)
+	return cli.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cli.dir != "" {
+		_ = os.RemoveAll(cli.dir)
+	}
+	os.Exit(code)
 }
 
 // outputCounter consumes every partition of the output topic from the
@@ -181,6 +206,7 @@ func (e *env) start(t *testing.T, bin string) (*exec.Cmd, <-chan error, *logTail
 // level, sarama's client log included) and makes the test SIGQUIT a process
 // that stops making progress, for a goroutine dump.
 func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "kill", 40_000, 2000, 99)
 	e.sigkillRestart(t)
 	e.verify(t)
@@ -194,6 +220,7 @@ func TestSIGKILLRestartNoLossNoDoubleEffect(t *testing.T) {
 // then sees every output and dead letter exactly once, nothing else; the
 // Pebble cache ends equal to the model's state.
 func TestExactlyOnceSIGKILLRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "eoskill", 40_000, 2000, 99)
 	e.args = []string{"--guarantee", "exactly-once"}
 	e.sigkillRestart(t)

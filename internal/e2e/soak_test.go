@@ -181,6 +181,7 @@ func requireNoRepeat(t *testing.T, f *fleet, what string) {
 // output is the model's. It reports how often the committed metadata
 // carried offsets completed above a position (dfl3).
 func TestSoakKeyGateFleet(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(envSoak) != "1" {
 		t.Skip("set " + envSoak + "=1 (and DIFFERENTIAL_TEST_BROKERS) to run the soak")
 	}
@@ -254,6 +255,7 @@ func newOldBinarySoak(t *testing.T, slices int) (f *fleet, slice func(int) []wor
 // commit metadata — the old one again (downgrade), and checks every
 // output against the model.
 func TestSoakUpgradeDowngrade(t *testing.T) {
+	t.Parallel()
 	const slices = 12
 	f, slice, old, newBin := newOldBinarySoak(t, slices)
 	const margin = 400
@@ -341,6 +343,7 @@ func TestSoakUpgradeDowngrade(t *testing.T) {
 // of the binary before dfl3 (DIFFERENTIAL_OLD_BIN) run, one of this binary
 // joins, then leaves cleanly: its partitions go back to old members.
 func TestSoakMixedFleet(t *testing.T) {
+	t.Parallel()
 	const slices = 8
 	f, slice, _, newBin := newOldBinarySoak(t, slices)
 	const margin = 400
