@@ -323,6 +323,70 @@ func (g *gapLog) first(o int64) (int64, bool) {
 	return g.gaps[i], true
 }
 
+// known reports whether the log has shown whether its leader is idle
+// after o: the record after o was delivered (its timestamp decides), or o
+// is an entry (a tail decision).
+func (g *gapLog) known(o int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.have && g.lastOff > o || g.has(o)
+}
+
+// horizonKnown reports whether a follower may take H(o) from the gap log
+// now. Live, a follower's leader has processed only records the fetcher
+// delivered, so when the record after o is not delivered yet the leader's
+// state holds nothing past o and any horizon reads the same. After a
+// restart or an exactly-once rewind the leader resumes where it was, and
+// its state holds its writes of records up to restoredEnd, which this run
+// may not have fetched yet: a record below restoredEnd − 1 then needs the
+// record after it (or a tail decision) before its horizon is known.
+func (p *partitionRun) horizonKnown(o int64) bool {
+	return o+1 >= p.restoredEnd || p.gaps.known(o)
+}
+
+// awaitHorizon waits until horizonKnown(o): for the fetcher (or a
+// polling follower) to deliver the record after o, or — when the log holds
+// nothing more — for the tail decision that the leader is idle after o.
+func (s *stageRun) awaitHorizon(ctx context.Context, o int64) error {
+	p := s.p
+	for !p.horizonKnown(o) {
+		ch := p.ring.Changed()
+		select {
+		case <-ch:
+			ch = nil // closed ring: nothing more will be appended
+		default:
+		}
+		if p.horizonKnown(o) {
+			return nil
+		}
+		ok, at, answer := p.tailGap(ctx, s)
+		if ok {
+			continue
+		}
+		var timer *time.Timer
+		var tc <-chan time.Time
+		if !at.IsZero() {
+			timer = time.NewTimer(time.Until(at))
+			tc = timer.C
+		}
+		var err error
+		select {
+		case <-ch:
+		case <-tc:
+		case <-answer:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // horizon is H(o) as Context.Horizon reports it: 1 + the first entry ≥ o,
 // or math.MaxInt64 when none is known (then, for a record the gate
 // released, none lies below the leader position its rule needed, and

@@ -17,6 +17,7 @@ import (
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/chain/chaintest"
 	"github.com/differential-dev/differential/commit"
+	"github.com/differential-dev/differential/internal/testutil"
 )
 
 // clickBook is a minimal attribution: the click stage notes each user's
@@ -599,3 +600,66 @@ func TestWithoutRecordedIdleReleasesWritesNoDfl4(t *testing.T) {
 // createTimeWant is what the live run gives: both installs as of the
 // position past the tail they were released at.
 var createTimeWant = []string{"install@1<-4 as of 6", "install@3<-5 as of 6"}
+
+// TestHorizonOfARestartedFollowerWaitsForTheNextRecord: a restart resumes
+// the click stage ahead of the install stage, its state holding the clicks
+// it processed before. The fetcher's first batch ends at the install, so
+// whether the log shows the click stage idle after it (the next record's
+// timestamp) is not known yet when the install stage reads it, and the
+// gate passes at once (the leader's restored position is far ahead). The
+// install must wait for the next record: processed with no horizon, it
+// would see the click past the gap that its leader wrote in the earlier
+// run, and a replay (which knows the gap) would attribute it differently.
+//
+// When the log holds nothing after the install, the tail decision (the
+// leader idle after it) gives the same horizon.
+func TestHorizonOfARestartedFollowerWaitsForTheNextRecord(t *testing.T) {
+	for _, tc := range []struct {
+		scope chain.GateScope
+		more  bool
+	}{{chain.GatePartition, true}, {chain.GateKey, true}, {chain.GatePartition, false}, {chain.GateKey, false}} {
+		name := string(tc.scope)
+		if !tc.more {
+			name += "/the log ends at the install"
+		}
+		scope := tc.scope
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				at := func(d time.Duration) time.Time { return t0.Add(d) }
+				b := &clickBook{clicks: map[string][]click{}}
+				tt := chaintest.New(t, horizonStages(b, scope), testDecoder,
+					chain.WithIdleTimeout(200*time.Millisecond), chain.WithLateness(time.Minute))
+				tt.Append(0,
+					chaintest.Rec("u1", ev("click", 0), at(0)),              // 0
+					chaintest.Rec("u1", ev("install", 10), at(time.Second))) // 1: the log shows a gap after it
+				rest := []chain.Record{
+					chaintest.Rec("u1", ev("click", 10), at(2*time.Second)),  // 2: within the lateness, past the gap
+					chaintest.Rec("u2", ev("click", 100), at(3*time.Second)), // 3
+				}
+				// The earlier run: the click stage completed 0..3 and its state
+				// holds their clicks; the install stage stopped before 1.
+				b.clicks["u1"] = []click{{testutil.Base, 0}, {testutil.Base.Add(10 * time.Second), 2}}
+				b.clicks["u2"] = []click{{testutil.Base.Add(100 * time.Second), 3}}
+				md, err := commit.EncodeState(1, commit.State{Changelog: commit.NoChangelog, Stages: []commit.Checkpoint{
+					{Stage: "click", Next: 4, Watermark: testutil.Base.Add(100 * time.Second).UnixNano()},
+					{Stage: "install", Next: 1, Watermark: testutil.Base.UnixNano()},
+				}})
+				require.NoError(t, err)
+				tt.SetCommit(0, chaintest.Commit{Offset: 1, Metadata: md})
+
+				tt.Start(0)
+				synctest.Wait()
+				require.Empty(t, values(tt.Outputs("output")), "the install waits for the record after it")
+				if tc.more {
+					tt.Append(0, rest...)
+				} else {
+					time.Sleep(time.Second) // past the idle timeout: the tail decision
+				}
+				tt.WaitIdle()
+				require.NoError(t, tt.Stop())
+				require.Equal(t, []string{"install@1<-0 as of 2"}, values(tt.Outputs("output")))
+			})
+		})
+	}
+}

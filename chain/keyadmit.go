@@ -35,6 +35,12 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
 	s.startSpan(ev, accept) // before admission: the span's gate wait covers both steps
+	if accept && !s.p.horizonKnown(ev.Offset) {
+		if err := s.awaitHorizon(ctx, ev.Offset); err != nil {
+			ev.endSpan(OutcomeDropped, err)
+			return err
+		}
+	}
 	var w want
 	if g.eager {
 		// No admission step: the record is begun now and waits in the

@@ -43,9 +43,14 @@ type partitionRun struct {
 
 	start  int64 // first offset to process; -1 until the first record is seen
 	resume []commit.Checkpoint
-	ring   *buffer.Ring[Event]
-	stages []*stageRun
-	mgr    *commit.Manager
+	// restoredEnd is 1 + the largest offset any stage completed before
+	// this run (its resume position, the completed offsets above it): the
+	// state a stage reads may hold its leader's writes of records up to
+	// there that this run has not fetched yet (see horizonKnown).
+	restoredEnd int64
+	ring        *buffer.Ring[Event]
+	stages      []*stageRun
+	mgr         *commit.Manager
 
 	stop context.CancelFunc // stops fetching and dispatching
 	// failed is closed at the first fatal error (a key-scoped stage's
@@ -243,6 +248,13 @@ func (p *partitionRun) dropLocalState(why string, args ...any) error {
 func (p *partitionRun) resumeAt(cps []commit.Checkpoint) {
 	p.resume = cps
 	p.start = slices.MinFunc(cps, func(a, b commit.Checkpoint) int { return cmp.Compare(a.Next, b.Next) }).Next
+	p.restoredEnd = 0
+	for _, cp := range cps {
+		p.restoredEnd = max(p.restoredEnd, cp.Next)
+		if n := len(cp.Above); n > 0 {
+			p.restoredEnd = max(p.restoredEnd, cp.Above[n-1]+1)
+		}
+	}
 }
 
 // fail records the first fatal error and stops the partition. Errors that

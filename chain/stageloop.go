@@ -146,6 +146,9 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 			}
 			return nil, fmt.Errorf("stage %q: polling at offset %d: %w", s.name, s.cursor, err)
 		}
+		// A poller may read past what the fetcher delivered: the gap log
+		// must know those records' gaps before their horizons are taken.
+		s.p.gaps.note(recs)
 		b := s.pollBatch[:0]
 		for i := range recs {
 			b = s.p.appendDecoded(b, &recs[i])
@@ -177,6 +180,12 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 	valid := ev.Err == nil
 	accept := valid && (s.st.Filter == nil || s.st.Filter(ev))
 	s.startSpan(ev, accept)
+	if accept && s.leader != nil && !s.p.horizonKnown(ev.Offset) {
+		if err := s.awaitHorizon(ctx, ev.Offset); err != nil {
+			ev.endSpan(OutcomeDropped, err)
+			return err
+		}
+	}
 	rel, err := s.gate(ctx, ev, accept)
 	if err != nil {
 		ev.endSpan(OutcomeDropped, err)

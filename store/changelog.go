@@ -222,30 +222,29 @@ func (p *partitionStore) Restore(recs []chain.ChangelogRecord, next int64) error
 func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, size int) error {
 	b := p.be.newBatchSized(size + size/4) // entries, record headers
 	kb := p.ckpt.kbuf
-	// items: for the expiry index; curs: every key's expiry after the
-	// batch (0: deleted or never expires).
-	var items, curs []expiryItem
+	// Every key's expiry after the batch (0: deleted or never expires),
+	// for the expiry index once the batch is persisted.
+	x := &p.ckpt.exp
+	sets := 0
 	for _, r := range recs {
 		kb = entry(kb[:0], p.ks, r.Key)
 		if r.Value == nil {
 			b.del(kb)
-			curs = append(curs, expiryItem{key: string(r.Key)})
+			x.record(expiryItem{key: string(r.Key)})
 			continue
 		}
 		enc, err := storedValue(r.Value)
 		if err != nil {
 			b.discard()
+			x.drop()
 			return p.err("restore", fmt.Errorf("changelog offset %d, key %q: %w", r.Offset, r.Key, err))
 		}
 		b.set(kb, enc)
 		// Before the batch commits: a get that misses the filter does not
 		// read the backend (keyFilter's invariant).
 		p.filter.Load().add(r.Key)
-		exp := valueExpiry(enc)
-		curs = append(curs, expiryItem{exp: exp, key: string(r.Key)})
-		if exp != 0 {
-			items = append(items, curs[len(curs)-1])
-		}
+		sets++
+		x.record(expiryItem{exp: valueExpiry(enc), key: string(r.Key)})
 	}
 	for _, s := range p.stages {
 		kb = checkpointKey(kb[:0], p.ks, s)
@@ -255,12 +254,10 @@ func (p *partitionStore) restoreBatch(recs []chain.ChangelogRecord, next int64, 
 	b.set(kb, encodeChangelogOffset(next))
 	p.ckpt.kbuf = kb
 	if err := b.commitNoSync(); err != nil {
+		x.drop()
 		return p.err("restore", err)
 	}
-	p.ckpt.exp.addAll(items)
-	for _, c := range curs {
-		p.ckpt.exp.setExpiry(c.key, c.exp)
-	}
+	x.keep(sets)
 	// The backend changed under the cached scan iterators.
 	p.mu.Lock()
 	stale := p.newGenLocked()
@@ -294,6 +291,18 @@ func (p *partitionStore) FinishRestore(cps []commit.Checkpoint, changelogOffset 
 	if err := b.commit(); err != nil {
 		return p.err("restore", err)
 	}
+	// Here rather than at the first checkpoint, which would otherwise do
+	// them with the stages' state changes waiting: the expiry index takes in
+	// the restored entries, and a restore into an empty partition, which
+	// outgrows the empty partition's key filter at once, gets a filter built
+	// from the restored keys instead of the two scans of every entry that
+	// rebuildFilterIfFull would make. (Every key the filter was given is
+	// among them when it counted as many as the restore's writes.)
+	x := &p.ckpt.exp
+	if f := p.filter.Load(); f.full() && f.added.Load() == x.keptSets {
+		p.filter.Store(x.keptFilter())
+	}
+	x.settle()
 	return nil
 }
 

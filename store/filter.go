@@ -73,7 +73,17 @@ func (f *keyFilter) hash(key []byte) (h1, h2 uint64) {
 }
 
 func (f *keyFilter) add(key []byte) {
-	h1, h2 := f.hash(key)
+	h := maphash.Bytes(f.seed, key)
+	f.addHash(h, h>>32|h<<32|1)
+}
+
+// addString adds key as add does ([maphash.String] hashes as [maphash.Bytes]).
+func (f *keyFilter) addString(key string) {
+	h := maphash.String(f.seed, key)
+	f.addHash(h, h>>32|h<<32|1)
+}
+
+func (f *keyFilter) addHash(h1, h2 uint64) {
 	for i := range uint64(filterProbes) {
 		b := (h1 + i*h2) & f.mask
 		f.words[b/64].Or(1 << (b % 64))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/differential-dev/differential/chain"
 )
 
 // countingBackend counts point reads of the backend.
@@ -77,5 +79,62 @@ func TestFilterRebuild(t *testing.T) {
 		for seed := range uint64(3) {
 			crashScenario(t, h, 1000+seed)
 		}
+	})
+}
+
+// TestRestoreBuildsTheFilter: a restore into an empty partition outgrows
+// its filter; FinishRestore leaves a filter with room, holding every
+// restored key, and Gets stay exact (a restore into a partition with
+// entries, or one whose filter took keys no batch kept, leaves the rebuild
+// to the next checkpoint).
+func TestRestoreBuildsTheFilter(t *testing.T) {
+	defer func(c int64) { minFilterCapacity = c }(minFilterCapacity)
+	minFilterCapacity = 4
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		ps := h.open(t, 0, stages3)
+		cs := changelogStore(t, ps)
+		var recs []chain.ChangelogRecord
+		for i := range 100 {
+			var v []byte
+			if i%10 != 9 {
+				v = changelogValue(encodeValue(0, []byte(fmt.Sprint("v", i))))
+			}
+			recs = append(recs, chain.ChangelogRecord{Offset: int64(i), Key: fmt.Appendf(nil, "k%d", i%90), Value: v})
+		}
+		for i := 0; i < len(recs); i += 25 {
+			require.NoError(t, cs.Restore(recs[i:i+25], int64(i+25)))
+		}
+		require.NoError(t, cs.FinishRestore(cps(stages3, 0, 0, 0), 100))
+		p := ps.(*partitionStore)
+		f := p.filter.Load()
+		require.False(t, f.full(), "FinishRestore built a filter with room")
+		want := map[string]string{}
+		for _, r := range recs {
+			if r.Value == nil {
+				delete(want, string(r.Key))
+			} else {
+				want[string(r.Key)] = string(r.Value[1+expiryLen:])
+			}
+		}
+		for i := range 90 {
+			k := fmt.Sprint("k", i)
+			v, ok := want[k]
+			requireGet(t, ps.Stage(0), k, v, ok)
+			if ok {
+				require.True(t, f.mayContain([]byte(k)), k)
+			}
+		}
+
+		// An entry before the restore: the filter is left to the checkpoint.
+		ps1 := h.open(t, 1, stages3)
+		set(t, ps1.Stage(0), 0, "before", "x")
+		require.NoError(t, ps1.Checkpoint(cps(stages3, 1, 1, 1), time.Time{}))
+		cs1 := changelogStore(t, ps1)
+		require.NoError(t, cs1.Restore(recs[:25], 25))
+		f1 := ps1.(*partitionStore).filter.Load()
+		require.True(t, f1.full())
+		require.NoError(t, cs1.FinishRestore(cps(stages3, 0, 0, 0), 25))
+		require.Same(t, f1, ps1.(*partitionStore).filter.Load())
+		requireGet(t, ps1.Stage(0), "before", "x", true)
 	})
 }

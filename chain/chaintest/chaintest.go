@@ -387,6 +387,16 @@ func (t *Tester) ResetOffset(p int32, offset int64) {
 	t.mu.Unlock()
 }
 
+// SetCommit records c as partition p's last commit (use it while the chain
+// is stopped): the next Start resumes from it, as from a commit an earlier
+// run made — e.g. metadata from commit.EncodeState with stages at
+// different positions.
+func (t *Tester) SetCommit(p int32, c Commit) {
+	t.mu.Lock()
+	t.mu.commits[p] = append(t.mu.commits[p], c)
+	t.mu.Unlock()
+}
+
 // Commits returns the commits made for partition p, oldest first.
 func (t *Tester) Commits(p int32) []Commit {
 	t.mu.Lock()
