@@ -181,10 +181,11 @@ func requireKeyOrder(t *testing.T, tt *chaintest.Tester) {
 }
 
 // A stop (revoke, shutdown) while a cycle's Commit is blocked and the
-// stages have records past the cut whose sends are deferred: the stopping
-// partition waits for them, they complete once the cycle committed and
-// flushed them into the next transaction, and the partition's final cycle
-// commits — no deadlock, nothing waits the shutdown timeout. The restart
+// stages have records past the cut whose sends are deferred: those records
+// have completed, their sends are flushed into the next transaction once
+// the cycle committed, and that is the partition's final cycle, which
+// waits for their acknowledgements and commits — no deadlock, nothing
+// waits the shutdown timeout. The restart
 // repeats nothing, and read_committed readers see every output and dead
 // letter once, in per-key order. With a failed commit (aborted) instead,
 // the deferred records are dropped with the aborted cycle and the stop
