@@ -272,11 +272,12 @@ func (tc *txnCoordinator) register(p *partitionRun, start func()) {
 // final asks for p's last cycle — p's stages have stopped and drained (or
 // were abandoned) — and waits for its outcome: nil when the cycle committed
 // p's final checkpoint. p's sends are dropped for ever after: nothing it
-// might still send can enter a later transaction. p's stages have nothing
-// deferred by then (its stop waited for every record it began, and a
-// deferred one completes when the cycle open at its send flushes it), so
-// whichever cycle runs when final is called, p leaves with the next one
-// that starts after it.
+// might still send can enter a later transaction. p's stages have completed
+// everything they began by then (its stop waited for it); the deferred
+// sends of records completed above the open cycle's cut are flushed into
+// the next transaction, whose drain waits for them. So whichever cycle
+// runs when final is called, p leaves with the next one that starts after
+// it, and that one holds all of p's sends.
 func (tc *txnCoordinator) final(p *partitionRun) error {
 	tc.mu.Lock()
 	if tp := tc.mu.parts[p]; tp != nil {
@@ -617,6 +618,21 @@ func (tc *txnCoordinator) drain(parts []*cyclePart) error {
 				if p.isAbandoned() {
 					return fmt.Errorf("partition %s/%d abandoned records in flight at its stop", p.topic, p.partition)
 				}
+			}
+		}
+		// The deferred sends of the records completed above the last
+		// cycle's cuts, flushed into this transaction (txnCut.send).
+		late := p.txn.sends.acks()
+		for {
+			ch := late.zero.wait()
+			if late.n.Load() == 0 {
+				break
+			}
+			select {
+			case <-ch:
+			case <-deadline.C:
+				return fmt.Errorf("partition %s/%d: %d deferred sends were not acknowledged within %v of the cycle's start",
+					p.topic, p.partition, late.n.Load(), tc.c.cfg.shutdownTimeout)
 			}
 		}
 	}

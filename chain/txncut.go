@@ -124,7 +124,7 @@ func (c *txnCut) dropped(o int64) bool {
 
 func (c *txnCut) produce(o int64, sp RecordSpan, msgs []Message, done func(error)) {
 	s := c.s
-	c.send(o, sp, func(msgs []Message) {
+	c.send(o, sp, done, func(msgs []Message, done func(error)) {
 		c.tc.noteOutputs(len(msgs))
 		s.p.c.cfg.producer.Produce(s.work, msgs, done)
 	}, msgs)
@@ -132,7 +132,7 @@ func (c *txnCut) produce(o int64, sp RecordSpan, msgs []Message, done func(error
 
 func (c *txnCut) deadLetter(o int64, sp RecordSpan, m Message, done func(error)) {
 	s := c.s
-	c.send(o, sp, func([]Message) {
+	c.send(o, sp, done, func(_ []Message, done func(error)) {
 		c.tc.noteOutputs(1)
 		ProduceDeadLetter(s.work, s.p.c.cfg.producer, m, done)
 	}, nil)
@@ -153,9 +153,19 @@ func (c *txnCut) sendFailed(o int64, err error) bool {
 	return true
 }
 
-// send sends record o's outputs or dead letter (send(msgs)): now, or
-// deferred (see sendGate).
-func (c *txnCut) send(o int64, sp RecordSpan, send func([]Message), msgs []Message) {
+// send sends record o's outputs or dead letter (send(msgs, done)): now,
+// done being called with the acknowledgement; or deferred (see sendGate),
+// and then the record completes at once (done(nil)).
+//
+// A deferred record need not wait for its acknowledgement to complete.
+// Its sends go into the next transaction, which also carries the first
+// positions that cover it (this cycle's stop at its cut); that cycle's
+// drain waits for every deferred send's acknowledgement (lateAcks), and a
+// send that fails makes that cycle abort (lateFailed). So the record frees
+// its in-flight slot and counts for its followers' gate while the cycle
+// commits, instead of a whole cycle later — the hot key's chain of records
+// does not stall for every commit.
+func (c *txnCut) send(o int64, sp RecordSpan, done func(error), send func([]Message, func(error)), msgs []Message) {
 	s := c.s
 	d := &s.p.txn.sends
 	d.mu.Lock()
@@ -165,12 +175,13 @@ func (c *txnCut) send(o int64, sp RecordSpan, send func([]Message), msgs []Messa
 		s.discardSend(o, sp)
 		return
 	case d.cut != nil && o >= d.cut[s.idx]:
-		d.list = append(d.list, deferredSend{s: s, o: o, sp: sp, send: send, msgs: slices.Clone(msgs)})
+		d.list = append(d.list, deferredSend{s: s, o: o, send: send, msgs: slices.Clone(msgs)})
 		d.mu.Unlock()
+		done(nil)
 		return
 	}
 	d.mu.Unlock()
-	send(msgs)
+	send(msgs, done)
 }
 
 // txnCut returns the stage's cut in exactly-once mode (the coordinator's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/differential-dev/differential/buffer"
 	"github.com/differential-dev/differential/commit"
@@ -241,6 +242,19 @@ type sendGate struct {
 	// records (discardSend).
 	discard bool
 	list    []deferredSend
+	// late counts the deferred sends flushed into the open transaction
+	// and not yet acknowledged (their records have completed: see
+	// txnCut.send); the cycle's drain waits for it. One per epoch.
+	late *lateAcks
+}
+
+// lateAcks counts an epoch's flushed deferred sends still unacknowledged.
+type lateAcks struct {
+	n    atomic.Int64
+	zero signal // notified when n reaches zero
+	// ended: the epoch's transaction was aborted (or its partition left):
+	// a send of it that fails now fails nothing.
+	ended atomic.Bool
 }
 
 // deferredSend is one deferred send of record o of stage s: send with
@@ -249,9 +263,26 @@ type sendGate struct {
 type deferredSend struct {
 	s    *stageRun
 	o    int64
-	sp   RecordSpan
-	send func([]Message)
+	send func([]Message, func(error))
 	msgs []Message
+}
+
+// failed takes the failure of a deferred send whose record has completed:
+// the transaction that holds the send also holds the first positions past
+// the record, so it must not commit — the cycle aborts and the record runs
+// again. A failure that is not the transaction's (the record's own, e.g. a
+// message too large) also fails the partition, as it would for a direct
+// send.
+func (x *deferredSend) failed(late *lateAcks, err error) {
+	if late.ended.Load() {
+		return
+	}
+	s := x.s
+	err = s.recordError(x.o, fmt.Errorf("deferred send: %w", err))
+	s.p.c.tc.fail(err)
+	if !errors.Is(err, ErrTransaction) {
+		s.p.fail(err)
+	}
 }
 
 // errSendDiscarded ends the span of a record whose deferred send was
@@ -287,30 +318,56 @@ func (d *sendGate) deferAll(stages int) {
 func (d *sendGate) flush() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	late := d.lateAcks()
 	for i := range d.list {
-		x := &d.list[i]
-		x.send(x.msgs)
-		*x = deferredSend{}
+		x := d.list[i]
+		late.n.Add(1)
+		x.send(x.msgs, func(err error) {
+			if err != nil {
+				x.failed(late, err) // before the count: the drain then sees the failure
+			}
+			if late.n.Add(-1) == 0 {
+				late.zero.notify()
+			}
+		})
+		d.list[i] = deferredSend{}
 	}
 	d.list, d.cut = d.list[:0], nil
 }
 
-// drop discards the deferred sends and every later one (discardSend).
+// acks returns the epoch's count of flushed deferred sends.
+func (d *sendGate) acks() *lateAcks {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lateAcks()
+}
+
+// lateAcks is acks under mu.
+func (d *sendGate) lateAcks() *lateAcks {
+	if d.late == nil {
+		d.late = &lateAcks{}
+	}
+	return d.late
+}
+
+// drop discards the deferred sends and every later one (discardSend). The
+// records of the deferred ones have completed; they are not committed (the
+// cycle that would have carried them is aborted, or their partition left
+// after its final cycle), and the epoch that ran them is replaced.
 func (d *sendGate) drop() {
 	d.mu.Lock()
 	d.discard = true
-	list := d.list
 	d.list, d.cut = nil, nil
-	d.mu.Unlock()
-	for _, x := range list {
-		x.s.discardSend(x.o, x.sp)
+	if d.late != nil {
+		d.late.ended.Store(true)
 	}
+	d.mu.Unlock()
 }
 
 // reset makes a rewound partition's sends direct again (its old epoch has
 // stopped: nothing of it sends any more).
 func (d *sendGate) reset() {
 	d.mu.Lock()
-	d.discard, d.list, d.cut = false, nil, nil
+	d.discard, d.list, d.cut, d.late = false, nil, nil, nil
 	d.mu.Unlock()
 }

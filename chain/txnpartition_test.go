@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
@@ -49,18 +50,27 @@ func testRunPastTheCut(t *testing.T, outcome string, scope chain.GateScope, seed
 	var blocked atomic.Bool
 	var maxWhileBlocked atomic.Int64
 	maxWhileBlocked.Store(-1)
-	inner := stages[0].Processor
-	stages[0].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
-		if blocked.Load() {
-			for {
-				m := maxWhileBlocked.Load()
-				if e.Offset <= m || maxWhileBlocked.CompareAndSwap(m, e.Offset) {
-					break
+	// The first follower does too: its leader's records past the cut
+	// completed (their sends deferred to the next transaction), so it may
+	// run past that cut as well.
+	var followerWhileBlocked atomic.Int64
+	followerWhileBlocked.Store(-1)
+	note := func(stage int, at *atomic.Int64) {
+		inner := stages[stage].Processor
+		stages[stage].Processor = chain.ProcessorFunc(func(ctx context.Context, pc *chain.Context, e *chain.Event) error {
+			if blocked.Load() {
+				for {
+					m := at.Load()
+					if e.Offset <= m || at.CompareAndSwap(m, e.Offset) {
+						break
+					}
 				}
 			}
-		}
-		return inner.Process(ctx, pc, e)
-	})
+			return inner.Process(ctx, pc, e)
+		})
+	}
+	note(0, &maxWhileBlocked)
+	note(1, &followerWhileBlocked)
 	tt, x, _ := exactlyOnceTester(t, stages, chain.WithCommitInterval(5*time.Millisecond), chain.WithShutdownTimeout(hotShutdown))
 	if rng.IntN(2) == 0 {
 		tt.SetAckMode(chaintest.AckAsync)
@@ -110,11 +120,15 @@ func testRunPastTheCut(t *testing.T, outcome string, scope chain.GateScope, seed
 	// The stages run while the commit is blocked.
 	time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
 	synctest.Wait()
-	past := maxWhileBlocked.Load()
+	past, followerPast := maxWhileBlocked.Load(), followerWhileBlocked.Load()
 	close(release)
 	x.BeforeCommit(nil)
-	require.GreaterOrEqual(t, past, cut,
+	// assert, not require: a failure must still stop the chain below, or
+	// the synctest bubble never ends.
+	assert.GreaterOrEqual(t, past, cut,
 		"the leader processed records at or above its cut %d while the cycle's commit was blocked", cut)
+	assert.GreaterOrEqual(t, followerPast, cut,
+		"the follower processed records at or above its leader's cut %d while the cycle's commit was blocked", cut)
 
 	tt.WaitIdle()
 	tt.WaitCommitted(0, n)
@@ -167,10 +181,11 @@ func requireKeyOrder(t *testing.T, tt *chaintest.Tester) {
 }
 
 // A stop (revoke, shutdown) while a cycle's Commit is blocked and the
-// stages have records past the cut whose sends are deferred: the stopping
-// partition waits for them, they complete once the cycle committed and
-// flushed them into the next transaction, and the partition's final cycle
-// commits — no deadlock, nothing waits the shutdown timeout. The restart
+// stages have records past the cut whose sends are deferred: those records
+// have completed, their sends are flushed into the next transaction once
+// the cycle committed, and that is the partition's final cycle, which
+// waits for their acknowledgements and commits — no deadlock, nothing
+// waits the shutdown timeout. The restart
 // repeats nothing, and read_committed readers see every output and dead
 // letter once, in per-key order. With a failed commit (aborted) instead,
 // the deferred records are dropped with the aborted cycle and the stop
