@@ -40,6 +40,11 @@ type dispatcher struct {
 		sync.Mutex
 		keys map[string]*keyQueue // key → records waiting behind the running one
 		free []*job
+		// freeQueues are the queues of keys no longer busy, for reuse: no
+		// worker refers to one once its key left keys (a worker holds a
+		// queue's ready only while it runs the key). Both free lists are
+		// bounded by the in-flight window.
+		freeQueues []*keyQueue
 		// idle is a stack of the workers waiting for a key, the one that
 		// went idle last on top: dispatch hands a new key to that one, so
 		// that a stage whose records do not wait keeps running on the few
@@ -138,7 +143,7 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 		d.mu.Unlock()
 		return nil
 	}
-	q := &keyQueue{}
+	q := d.newQueueLocked()
 	q.ready.Store(1)
 	d.mu.keys[string(ev.Key)] = q
 	if d.slots == nil {
@@ -214,6 +219,16 @@ func (d *dispatcher) nextKey(w *keyWorker) *job {
 		d.slots <- struct{}{} // never blocks: one token per worker
 	}
 	return nil
+}
+
+func (d *dispatcher) newQueueLocked() *keyQueue {
+	if n := len(d.mu.freeQueues); n > 0 {
+		q := d.mu.freeQueues[n-1]
+		d.mu.freeQueues[n-1] = nil
+		d.mu.freeQueues = d.mu.freeQueues[:n-1]
+		return q
+	}
+	return new(keyQueue)
 }
 
 func (d *dispatcher) newJobLocked() *job {
@@ -302,6 +317,7 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	n := q.jobs.pop()
 	if n == nil {
 		delete(d.mu.keys, key)
+		d.mu.freeQueues = append(d.mu.freeQueues, q)
 		return nil
 	}
 	q.ready.Add(-1)

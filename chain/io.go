@@ -128,6 +128,9 @@ type PartitionStore interface {
 // entry whose key is in [lo, hi) (hi nil: no upper bound), in ascending
 // (descending) key order, until fn returns false, seeing what Get sees. key
 // and value are valid only during the call to fn.
+//
+// Set and Delete copy key (callers reuse key buffers); Set keeps value,
+// which its caller does not modify afterwards.
 type StageState interface {
 	Get(key []byte) (value []byte, ok bool, err error)
 	Set(offset int64, key, value []byte, expires time.Time) error

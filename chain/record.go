@@ -113,7 +113,8 @@ type Sequencer interface {
 // An entry with a non-zero expiry is deleted by the engine once the event-time
 // watermark of the chain's last stage passes it; use it for window eviction.
 // Values passed to Set must not be modified afterwards; values returned by Get
-// must not be modified.
+// must not be modified. Keys are not retained: a key buffer may be reused once
+// the call returns.
 //
 // Scan calls fn with every entry whose key is in [lo, hi) (hi nil: no upper
 // bound), in ascending key order, until fn returns false; ScanReverse in

@@ -215,9 +215,22 @@ func (p *Producer) Produce(ctx context.Context, msgs []chain.Message, done func(
 		done(nil)
 		return
 	}
-	g := &ackGroup{done: done}
+	var g *ackGroup
+	var one *producerMessage
+	if len(msgs) == 1 {
+		s := new(singleProduce)
+		g, one = &s.g, &s.m
+	} else {
+		g = new(ackGroup)
+	}
+	g.done = done
 	g.remaining.Store(int64(len(msgs)))
-	i, err := p.out.sendAll(ctx, len(msgs), func(i int) *sarama.ProducerMessage { return toProducerMessage(&msgs[i], g) })
+	i, err := p.out.sendAll(ctx, len(msgs), func(i int) *sarama.ProducerMessage {
+		if one != nil {
+			return one.fill(&msgs[i], g)
+		}
+		return toProducerMessage(&msgs[i], g)
+	})
 	switch {
 	case errors.Is(err, ErrProducerClosed):
 		g.ack(ErrProducerClosed)
@@ -228,16 +241,45 @@ func (p *Producer) Produce(ctx context.Context, msgs []chain.Message, done func(
 	}
 }
 
+// producerMessage is a sarama message together with its key and value
+// encoders and room for its first headers: one allocation per output
+// message instead of four (the message, each encoder boxed into an
+// interface, the headers). Key and Value point at the encoders held here.
+type producerMessage struct {
+	pm         sarama.ProducerMessage
+	key, value sarama.ByteEncoder
+	headers    [2]sarama.RecordHeader
+}
+
+// singleProduce is the memory of a Produce call of one message, the usual
+// one (a record's output): its ackGroup and its message in one allocation.
+type singleProduce struct {
+	g ackGroup
+	m producerMessage
+}
+
 func toProducerMessage(m *chain.Message, g *ackGroup) *sarama.ProducerMessage {
-	pm := &sarama.ProducerMessage{Topic: m.Topic, Metadata: g}
+	return new(producerMessage).fill(m, g)
+}
+
+// fill makes s the sarama message of m, acknowledged to g, and returns it.
+func (s *producerMessage) fill(m *chain.Message, g *ackGroup) *sarama.ProducerMessage {
+	s.pm = sarama.ProducerMessage{Topic: m.Topic, Metadata: g}
+	pm := &s.pm
 	if m.Key != nil {
-		pm.Key = sarama.ByteEncoder(m.Key)
+		s.key = m.Key
+		pm.Key = &s.key
 	}
 	if m.Value != nil {
-		pm.Value = sarama.ByteEncoder(m.Value)
+		s.value = m.Value
+		pm.Value = &s.value
 	}
 	if len(m.Headers) > 0 {
-		pm.Headers = make([]sarama.RecordHeader, len(m.Headers))
+		if len(m.Headers) <= len(s.headers) {
+			pm.Headers = s.headers[:len(m.Headers)]
+		} else {
+			pm.Headers = make([]sarama.RecordHeader, len(m.Headers))
+		}
 		for i, h := range m.Headers {
 			pm.Headers[i] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
 		}

@@ -323,8 +323,8 @@ func TestRestoreAndFinish(t *testing.T) {
 
 		exp := time.Unix(1_800_000_000, 0)
 		recs := []chain.ChangelogRecord{
-			{Offset: 0, Key: []byte("k1"), Value: changelogValue(encodeValue(0, []byte("v1")))},
-			{Offset: 1, Key: []byte("k2"), Value: changelogValue(encodeValue(expiryNanos(exp), []byte("v2")))},
+			{Offset: 0, Key: []byte("k1"), Value: changelogValue(appendValue(nil, 0, []byte("v1")))},
+			{Offset: 1, Key: []byte("k2"), Value: changelogValue(appendValue(nil, expiryNanos(exp), []byte("v2")))},
 			{Offset: 3, Key: []byte("k1"), Value: nil},
 			{Offset: 4, Key: []byte("stale"), Value: nil},
 		}
@@ -415,7 +415,7 @@ func TestRestoreCrashLeavesAPrefix(t *testing.T) {
 			k := fmt.Sprint("k", rng.IntN(30))
 			var v []byte
 			if rng.IntN(5) != 0 {
-				v = changelogValue(encodeValue(0, []byte(fmt.Sprint(i))))
+				v = changelogValue(appendValue(nil, 0, []byte(fmt.Sprint(i))))
 			}
 			log = append(log, chain.ChangelogRecord{Offset: int64(i), Key: []byte(k), Value: v})
 		}
@@ -451,8 +451,8 @@ func TestRestoredKeysAreVisible(t *testing.T) {
 		require.NoError(t, ss.Scan([]byte("k"), []byte("l"), func(k, v []byte) bool { return true }))
 
 		recs := []chain.ChangelogRecord{
-			{Offset: 0, Key: []byte("k1"), Value: changelogValue(encodeValue(0, []byte("v1")))},
-			{Offset: 1, Key: []byte("k2"), Value: changelogValue(encodeValue(0, []byte("v2")))},
+			{Offset: 0, Key: []byte("k1"), Value: changelogValue(appendValue(nil, 0, []byte("v1")))},
+			{Offset: 1, Key: []byte("k2"), Value: changelogValue(appendValue(nil, 0, []byte("v2")))},
 		}
 		require.NoError(t, cs.Restore(recs, 2))
 		require.NoError(t, cs.FinishRestore(cps(st, 2, 2), 2))

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"maps"
@@ -106,24 +105,15 @@ func (x *expiryIndex) settle() {
 	switch {
 	case len(x.h) == 0:
 		x.h = live
-		heap.Init(&x.h)
+		x.h.init()
 	case len(live) > len(x.h)/4:
 		x.h = append(x.h, live...)
-		heap.Init(&x.h)
+		x.h.init()
 	default:
 		for _, it := range live {
-			heap.Push(&x.h, it)
+			x.h.push(it)
 		}
 	}
-}
-
-// setCurrent records key's persisted value enc (nil: deleted).
-func (x *expiryIndex) setCurrent(key string, enc []byte) {
-	var exp int64
-	if len(enc) >= expiryLen {
-		exp = valueExpiry(enc)
-	}
-	x.setExpiry(key, exp)
 }
 
 // setExpiry records the persisted expiry of key's entry (0: deleted or
@@ -145,39 +135,85 @@ type expiryItem struct {
 	key string
 }
 
+// expiryHeap is a min-heap of items, the earliest expiry (then the
+// smallest key) at index 0. It is typed rather than a container/heap
+// Interface: that one boxes every pushed and popped item into an any, an
+// allocation per written and per evicted entry.
 type expiryHeap []expiryItem
 
-func (h expiryHeap) Len() int { return len(h) }
-func (h expiryHeap) Less(i, j int) bool {
+func (h expiryHeap) less(i, j int) bool {
 	if h[i].exp != h[j].exp {
 		return h[i].exp < h[j].exp
 	}
 	return h[i].key < h[j].key
 }
-func (h expiryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *expiryHeap) Push(x any)   { *h = append(*h, x.(expiryItem)) }
-func (h *expiryHeap) Pop() any {
+
+// init establishes the heap order over the whole slice in O(n).
+func (h expiryHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *expiryHeap) push(it expiryItem) {
+	*h = append(*h, it)
+	h.up(len(*h) - 1)
+}
+
+// pop removes and returns the earliest item; the heap must not be empty.
+func (h *expiryHeap) pop() expiryItem {
 	old := *h
 	n := len(old) - 1
-	it := old[n]
-	old[n] = expiryItem{}
+	it := old[0]
+	old[0] = old[n]
+	old[n] = expiryItem{} // drop the key for the collector
 	*h = old[:n]
+	h.down(0)
 	return it
+}
+
+func (h expiryHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2 // parent
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h expiryHeap) down(i int) {
+	n := len(h)
+	for {
+		j := 2*i + 1 // left child
+		if j >= n {
+			return
+		}
+		if r := j + 1; r < n && h.less(r, j) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 // add indexes key as expiring at exp (exp >= 1).
 func (x *expiryIndex) add(exp int64, key string) {
 	x.settle()
-	heap.Push(&x.h, expiryItem{exp: exp, key: key})
+	x.h.push(expiryItem{exp: exp, key: key})
 }
 
 // addAll indexes items at once: O(n) when the index was empty. The caller
-// records the entries' current expiries (setCurrent) itself.
+// records the entries' current expiries (setExpiry) itself.
 func (x *expiryIndex) addAll(items []expiryItem) {
 	x.settle()
 	if len(x.h) == 0 {
 		x.h = append(x.h, items...)
-		heap.Init(&x.h)
+		x.h.init()
 		return
 	}
 	for _, it := range items {
@@ -194,7 +230,7 @@ func (x *expiryIndex) popThrough(dst []expiryItem, ev int64, limit int) (_ []exp
 		if n == limit {
 			return dst, false
 		}
-		dst = append(dst, heap.Pop(&x.h).(expiryItem))
+		dst = append(dst, x.h.pop())
 	}
 	return dst, true
 }

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +113,44 @@ func index[K string | []byte](dst []byte, ks keyspace, exp int64, key K) []byte 
 	dst = append(dst, indexTag, '/')
 	dst = binary.BigEndian.AppendUint64(dst, uint64(exp))
 	return append(dst, key...)
+}
+
+// TestExpiryHeapPopsInOrder: whatever the order items are pushed in, or
+// bulk-loaded in, popThrough returns them by (expiry, key) and stops at its
+// bound and its limit.
+func TestExpiryHeapPopsInOrder(t *testing.T) {
+	var items []expiryItem
+	for i := range 200 {
+		// A fixed permutation with repeated expiries (ties broken by key).
+		items = append(items, expiryItem{exp: int64(1 + (i*37)%50), key: fmt.Sprintf("k%03d", (i*91)%200)})
+	}
+	want := append([]expiryItem(nil), items...)
+	slices.SortFunc(want, func(a, b expiryItem) int {
+		if c := cmp.Compare(a.exp, b.exp); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+
+	var pushed, loaded expiryIndex
+	for _, it := range items {
+		pushed.add(it.exp, it.key)
+	}
+	loaded.addAll(items)
+	for _, x := range []*expiryIndex{&pushed, &loaded} {
+		got, complete := x.popThrough(nil, 25, 10)
+		require.False(t, complete)
+		require.Equal(t, want[:10], got)
+		got, complete = x.popThrough(got, 25, len(items))
+		require.True(t, complete)
+		n := 0
+		for n < len(want) && want[n].exp <= 25 {
+			n++
+		}
+		require.Equal(t, want[:n], got)
+		got, complete = x.popThrough(nil, 1<<62, len(items))
+		require.True(t, complete)
+		require.Equal(t, want[n:], got)
+		require.Zero(t, x.len())
+	}
 }

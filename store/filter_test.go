@@ -97,7 +97,7 @@ func TestRestoreBuildsTheFilter(t *testing.T) {
 		for i := range 100 {
 			var v []byte
 			if i%10 != 9 {
-				v = changelogValue(encodeValue(0, []byte(fmt.Sprint("v", i))))
+				v = changelogValue(appendValue(nil, 0, []byte(fmt.Sprint("v", i))))
 			}
 			recs = append(recs, chain.ChangelogRecord{Offset: int64(i), Key: fmt.Appendf(nil, "k%d", i%90), Value: v})
 		}

@@ -119,12 +119,10 @@ func expiryNanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// encodeValue returns <exp be64><value> in one new slice.
-func encodeValue(exp int64, value []byte) []byte {
-	enc := make([]byte, expiryLen+len(value))
-	binary.BigEndian.PutUint64(enc, uint64(exp))
-	copy(enc[expiryLen:], value)
-	return enc
+// appendValue appends the stored form of a value: <exp be64><value>.
+func appendValue(dst []byte, exp int64, value []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(exp))
+	return append(dst, value...)
 }
 
 // valueExpiry returns the expiry of an encoded value.

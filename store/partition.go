@@ -25,9 +25,11 @@ const maxEvictionsPerCheckpoint = 100_000
 // persisted, kept while any write to the key is pending.
 type okey struct {
 	key string // immutable
-	// enc is the latest write: <expiry be64><value>, nil for a delete.
-	// Never modified in place (Get returns slices of it).
-	enc []byte
+	// val is the latest write's value, nil for a delete, and exp its
+	// expiry (expiryNanos). val is the slice the stage passed to Set,
+	// which it does not modify afterwards (chain.State): Get returns it.
+	val []byte
+	exp int64
 	// seq is the sequence number of the latest write.
 	seq uint64
 	// floor is the largest seq of a write to key persisted while this entry
@@ -41,12 +43,13 @@ type okey struct {
 	pending int
 }
 
-// write is one pending Set (enc != nil) or Delete of a stage.
+// write is one pending Set (val != nil) or Delete of a stage.
 type write struct {
 	seq uint64
 	off int64
 	k   *okey
-	enc []byte
+	val []byte
+	exp int64
 }
 
 // partitionStore implements chain.PartitionStore over a backend.
@@ -79,6 +82,7 @@ type partitionStore struct {
 		taken   [][]write // per stage: the writes this checkpoint persists
 		flushed []write   // taken, merged in seq order
 		kbuf    []byte
+		vbuf    []byte // an entry's stored value, encoded for the batch
 		cands   []string
 		// lastWrite: index in flushed of each key's last write (evict
 		// then marks the keys it decided).
@@ -110,6 +114,9 @@ type partitionStore struct {
 		// change closes them.
 		iters   []backendIter
 		pending [][]write // per stage, in seq order (offsets in any order)
+		// okeys is the rest of the block that new overlay entries are cut
+		// from (newOkeyLocked).
+		okeys []okey
 	}
 }
 
@@ -159,16 +166,16 @@ func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
 		return nil, false, p.err("get", ErrClosed)
 	}
 	k, ok := p.mu.overlay[string(key)]
-	var enc []byte
+	var val []byte
 	if ok {
-		enc = k.enc
+		val = k.val
 	}
 	p.mu.Unlock()
 	if ok {
-		if enc == nil {
+		if val == nil {
 			return nil, false, nil
 		}
-		return userValue(enc), true, nil
+		return val[:len(val):len(val)], true, nil
 	}
 	if !p.filter.Load().mayContain(key) {
 		return nil, false, nil // never persisted
@@ -195,9 +202,9 @@ func (p *partitionStore) getPersisted(key []byte) ([]byte, bool, error) {
 	return userValue(enc), true, nil
 }
 
-// write records a pending write of stage (enc nil for a delete) and makes it
-// the key's latest value in the overlay.
-func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte) error {
+// write records a pending write of stage (val nil for a delete, exp its
+// expiry) and makes it the key's latest value in the overlay.
+func (p *partitionStore) write(op string, stage int, off int64, key, val []byte, exp int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mu.closed {
@@ -205,15 +212,33 @@ func (p *partitionStore) write(op string, stage int, off int64, key, enc []byte)
 	}
 	k := p.mu.overlay[string(key)]
 	if k == nil {
-		k = &okey{key: string(key)}
+		k = p.newOkeyLocked(string(key))
 		p.mu.overlay[k.key] = k
 		p.mu.keys.ReplaceOrInsert(k.key, k)
 	}
 	p.mu.seq++
-	k.enc, k.seq = enc, p.mu.seq
+	k.val, k.exp, k.seq = val, exp, p.mu.seq
 	k.pending++
-	p.mu.pending[stage] = append(p.mu.pending[stage], write{seq: p.mu.seq, off: off, k: k, enc: enc})
+	p.mu.pending[stage] = append(p.mu.pending[stage], write{seq: p.mu.seq, off: off, k: k, val: val, exp: exp})
 	return nil
+}
+
+// okeyBlock is how many overlay entries are allocated together.
+const okeyBlock = 64
+
+// newOkeyLocked returns a new overlay entry for key. A write to a key not in
+// the overlay is the store's most frequent allocation, so entries are cut
+// from blocks allocated okeyBlock at a time. A block stays reachable while
+// any of its entries is; an entry that leaves the overlay drops its value
+// (persisted), so that a block kept by one hot key holds no other values.
+func (p *partitionStore) newOkeyLocked(key string) *okey {
+	if len(p.mu.okeys) == 0 {
+		p.mu.okeys = make([]okey, okeyBlock)
+	}
+	k := &p.mu.okeys[0]
+	p.mu.okeys = p.mu.okeys[1:]
+	k.key = key
+	return k
 }
 
 // Checkpoint persists, in one synced batch, every stage's pending writes
@@ -323,13 +348,13 @@ func (pc *prepared) applied() {
 	pc.indexed = true
 	p.ckpt.exp.addAll(pc.added)
 	for _, w := range p.ckpt.flushed {
-		p.ckpt.exp.setCurrent(w.k.key, w.enc)
+		p.ckpt.exp.setExpiry(w.k.key, w.exp) // a delete's exp is 0
 	}
 	for _, key := range pc.evicted {
-		p.ckpt.exp.setCurrent(key, nil)
+		p.ckpt.exp.setExpiry(key, 0)
 	}
 	for _, key := range pc.vanished {
-		p.ckpt.exp.setCurrent(key, nil)
+		p.ckpt.exp.setExpiry(key, 0)
 	}
 	// The generation moves before any key leaves the overlay, so that a scan
 	// that reads the overlay after a key left it reopens its backend
@@ -433,7 +458,7 @@ func mergeBySeq(dst []write, lists [][]write) []write {
 // superseded within the same atomic batch, and a hot key (a busy user's click
 // list) can be rewritten thousands of times between two checkpoints.
 func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
-	kb := p.ckpt.kbuf
+	kb, vb := p.ckpt.kbuf, p.ckpt.vbuf
 	if p.ckpt.lastWrite == nil {
 		p.ckpt.lastWrite = make(map[string]int)
 	}
@@ -448,7 +473,7 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 			continue
 		}
 		kb = entry(kb[:0], p.ks, w.k.key)
-		if expiredBy(w.enc, pc.ev) {
+		if w.val != nil && expiresBy(w.exp, pc.ev) {
 			// This batch's eviction would delete what it writes: the
 			// entry is not written. A key with a persisted entry (the
 			// filter holds every one) is deleted, as eviction would; one
@@ -464,20 +489,26 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 			}
 			continue
 		}
-		if pc.withRecords {
-			pc.addRecord(w.k.key, w.enc)
-		}
-		if w.enc == nil {
+		if w.val == nil {
+			if pc.withRecords {
+				pc.addRecord(w.k.key, nil)
+			}
 			b.del(kb)
 			continue
 		}
-		b.set(kb, w.enc)
+		// Every batch copies what it is given, so one buffer serves every
+		// entry.
+		vb = appendValue(vb[:0], w.exp, w.val)
+		if pc.withRecords {
+			pc.addRecord(w.k.key, vb)
+		}
+		b.set(kb, vb)
 		f.add(unsafeBytes(w.k.key)) // before the overlay drops it
-		if exp := valueExpiry(w.enc); exp != 0 && exp > pc.ev {
-			pc.added = append(pc.added, expiryItem{exp: exp, key: w.k.key})
+		if w.exp != 0 && w.exp > pc.ev {
+			pc.added = append(pc.added, expiryItem{exp: w.exp, key: w.k.key})
 		}
 	}
-	p.ckpt.kbuf = kb
+	p.ckpt.kbuf, p.ckpt.vbuf = kb, vb
 }
 
 // evict adds to pc.b the deletion of every entry whose expiry is in
@@ -518,7 +549,7 @@ func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string,
 		last[key] = -1
 		var expired bool
 		if inBatch {
-			expired = expiredBy(flushed[i].enc, ev)
+			expired = flushed[i].val != nil && expiresBy(flushed[i].exp, ev)
 		} else {
 			exp, ok := p.ckpt.exp.current(key)
 			expired = ok && exp <= ev
@@ -533,14 +564,8 @@ func (p *partitionStore) evict(pc *prepared, flushed []write) (evicted []string,
 	return evicted, complete, nil
 }
 
-// expiredBy reports whether enc is a value with an expiry in [1, ev].
-func expiredBy(enc []byte, ev int64) bool {
-	if len(enc) < expiryLen {
-		return false
-	}
-	exp := valueExpiry(enc)
-	return exp != 0 && exp <= ev
-}
+// expiresBy reports whether exp is an expiry in [1, ev].
+func expiresBy(exp, ev int64) bool { return exp != 0 && exp <= ev }
 
 // persisted updates the in-memory state after a committed checkpoint (and
 // after the generation moved):
@@ -570,6 +595,7 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
 			if k.pending--; k.pending == 0 {
 				delete(p.mu.overlay, k.key)
 				p.mu.keys.Delete(k.key)
+				k.val = nil // see newOkeyLocked
 			}
 			if left--; left == 0 {
 				p.mu.Unlock()
@@ -597,7 +623,7 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
 	for _, keys := range gone {
 		for _, key := range keys {
 			if k := p.mu.overlay[key]; k != nil && k.seq <= k.floor {
-				k.enc = nil
+				k.val, k.exp = nil, 0
 			}
 		}
 	}
@@ -767,12 +793,15 @@ func (s *stageState) Get(key []byte) ([]byte, bool, error) { return s.p.get(key)
 
 // Set writes key for the record at offset; expires zero means never.
 func (s *stageState) Set(offset int64, key, value []byte, expires time.Time) error {
-	return s.p.write("set", s.stage, offset, key, encodeValue(expiryNanos(expires), value))
+	if value == nil {
+		value = []byte{} // nil is a delete's; an empty value allocates nothing
+	}
+	return s.p.write("set", s.stage, offset, key, value, expiryNanos(expires))
 }
 
 // Delete deletes key for the record at offset.
 func (s *stageState) Delete(offset int64, key []byte) error {
-	return s.p.write("delete", s.stage, offset, key, nil)
+	return s.p.write("delete", s.stage, offset, key, nil, 0)
 }
 
 // Scan calls fn with every entry whose key is in [lo, hi) (hi nil: no upper

@@ -29,7 +29,7 @@ func BenchmarkRestoreBatch(b *testing.B) {
 			}
 			cs := ps.(chain.ChangelogStore)
 			exp := expiryNanos(time.Unix(1_900_000_000, 0))
-			value := changelogValue(encodeValue(exp, make([]byte, 60)))
+			value := changelogValue(appendValue(nil, exp, make([]byte, 60)))
 			const perFetch = 75_000 // an 8 MB fetch of such records
 			recs := make([]chain.ChangelogRecord, 0, perFetch)
 			cpu0 := cpuTime()

@@ -60,7 +60,7 @@ type scanner struct {
 	// The overlay's next candidate: the first overlay key past ovBound in
 	// the scan's direction (ovBound unset before the first read).
 	ovKey    string
-	ovEnc    []byte
+	ovVal    []byte
 	ovOK     bool
 	ovLoaded bool
 	ovDone   bool
@@ -82,7 +82,7 @@ var scanners = sync.Pool{New: func() any {
 }}
 
 func (s *scanner) takeOverlay(k string, o *okey) bool {
-	s.ovKey, s.ovEnc, s.ovOK = k, o.enc, true
+	s.ovKey, s.ovVal, s.ovOK = k, o.val, true
 	return false
 }
 
@@ -282,16 +282,16 @@ func (s *scanner) run(fn func(key, value []byte) bool) error {
 		}
 		if c <= 0 {
 			// The overlay's entry (on equal keys it shadows the backend's).
-			key, enc := s.ovKey, s.ovEnc
+			key, val := s.ovKey, s.ovVal
 			s.ovLoaded = false
 			if c == 0 {
 				s.beOK = s.step()
 			}
 			s.setPos(unsafeBytes(key))
-			if enc == nil {
+			if val == nil {
 				continue // a pending delete
 			}
-			if !fn(unsafeBytes(key), userValue(enc)) {
+			if !fn(unsafeBytes(key), val[:len(val):len(val)]) {
 				return nil
 			}
 			continue

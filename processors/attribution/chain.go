@@ -3,6 +3,7 @@ package attribution
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/differential-dev/differential/chain"
@@ -109,7 +110,10 @@ func sequence(cfg *Config, pc *chain.Context, ev *chain.Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return dedup(cfg, pc, e, seenKey(e.Type, e.EventID))
+	sc := getScratch()
+	defer putScratch(sc)
+	sc.key = appendSeenKey(sc.key[:0], e.Type, e.EventID)
+	return dedup(cfg, pc, e, sc.key)
 }
 
 // dedup applies the duplicate rule to e with its (type, event_id) state at
@@ -137,12 +141,86 @@ func dedup(cfg *Config, pc *chain.Context, e *Event, key []byte) (bool, error) {
 	return false, nil
 }
 
-func emit(pc *chain.Context, user string, value []byte) {
-	pc.Emit(chain.Message{
-		Key:     []byte(user),
-		Value:   value,
-		Headers: []chain.Header{{Key: sourceHeaderKey, Value: SourceValue(pc.Partition(), pc.Offset())}},
-	})
+// output is the memory of one output message, allocated once rather than
+// once per slice: the array of its headers and a buffer that its key, its
+// source header's value and its JSON value are cut from in turn (each
+// capped where the next begins, so that an append to one copies instead of
+// writing over the next). A value too long for the rest of buf grows into
+// an allocation of its own.
+type output struct {
+	headers [1]chain.Header
+	buf     [outputBuf]byte
+}
+
+// outputBuf holds a user id, a source and an install output with ids of
+// ordinary lengths.
+const outputBuf = 400
+
+// newOutput returns the message of an output to user, with its key and
+// source header, and the empty buffer to append its value to.
+func newOutput(pc *chain.Context, user string) (chain.Message, []byte) {
+	o := new(output)
+	b := append(o.buf[:0], user...)
+	key := b[:len(b):len(b)]
+	b = appendSource(b, pc.Partition(), pc.Offset())
+	o.headers[0] = chain.Header{Key: sourceHeaderKey, Value: b[len(key):len(b):len(b)]}
+	return chain.Message{Key: key, Headers: o.headers[:]}, b[len(b):]
+}
+
+// scratch is the memory one Process or Sequence call reuses: key buffers
+// and the reverse scans' callbacks, bound to the scratch once, with the
+// variables they read and fill. A closure per scan would be allocated, and
+// so would every variable it captures. The processors run on many key
+// workers at once, so each call takes a scratch of its own from the pool.
+type scratch struct {
+	key, lo, hi []byte
+	text        []byte   // strings' bytes, gathered to be copied at once
+	ids         []string // strings' result
+
+	// The scans' inputs: n is the length of the scanned user's key prefix.
+	n               int
+	o, h, lateLimit int64
+	now             time.Time
+	ret             time.Duration
+	// Their results, and the first error a callback met.
+	install  InstallOutput
+	purchase PurchaseOutput
+	latest   time.Time
+	err      error
+
+	winningClick, latestInstall, usableInstall func(k, v []byte) bool
+}
+
+var scratches = sync.Pool{New: func() any {
+	sc := new(scratch)
+	sc.winningClick, sc.latestInstall, sc.usableInstall = sc.visitClick, sc.visitLatestInstall, sc.visitUsableInstall
+	return sc
+}}
+
+// strings copies bs into strings that share one allocation, and returns
+// them in a slice valid until the next call.
+func (sc *scratch) strings(bs ...[]byte) []string {
+	sc.text = sc.text[:0]
+	for _, b := range bs {
+		sc.text = append(sc.text, b...)
+	}
+	all := string(sc.text)
+	sc.ids = sc.ids[:0]
+	for _, b := range bs {
+		sc.ids = append(sc.ids, all[:len(b)])
+		all = all[len(b):]
+	}
+	return sc.ids
+}
+
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+// putScratch returns sc to the pool, without references to the record's
+// strings.
+func putScratch(sc *scratch) {
+	sc.install, sc.purchase, sc.latest, sc.err = InstallOutput{}, PurchaseOutput{}, time.Time{}, nil
+	clear(sc.ids)
+	scratches.Put(sc)
 }
 
 // ClickProcessor is the click stage: it stores each non-duplicate click
@@ -169,8 +247,10 @@ func (p *ClickProcessor) Process(_ context.Context, pc *chain.Context, ev *chain
 	if !usable(e.Time, pc.EvictionWatermark(), win) {
 		return nil
 	}
-	key := clickKey(e.UserID, e.Time.UnixNano(), pc.Offset())
-	return pc.State().Set(key, encodeClick(maxTime(pc.StreamTime(), e.Time), e), e.Time.Add(win))
+	sc := getScratch()
+	defer putScratch(sc)
+	sc.key = appendClickKey(sc.key[:0], e.UserID, e.Time.UnixNano(), pc.Offset())
+	return pc.State().Set(sc.key, encodeClick(maxTime(pc.StreamTime(), e.Time), e), e.Time.Add(win))
 }
 
 // InstallProcessor is the install stage: it attributes each non-duplicate
@@ -204,87 +284,95 @@ func (p *InstallProcessor) Process(_ context.Context, pc *chain.Context, ev *cha
 	}
 	st := pc.State()
 	o, t, s := pc.Offset(), e.Time, pc.StreamTime()
-	out := InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
-	if err := p.attribute(st, o, pc.Horizon(), e, maxTime(s, t), &out); err != nil {
+	sc := getScratch()
+	defer putScratch(sc)
+	sc.install = InstallOutput{EventID: e.EventID, UserID: e.UserID, Time: t}
+	if err := p.attribute(sc, st, o, pc.Horizon(), e, maxTime(s, t)); err != nil {
 		return err
 	}
 	// A purchase uses installs at offsets below its own, so its S is at
 	// least max(S(o), t): an install unusable there is never used.
 	if ret := p.cfg.InstallRetention; usable(t, s, ret) {
-		maxT, err := p.latestInstallTime(st, e.UserID, o)
+		maxT, err := p.latestInstallTime(sc, st, e.UserID, o)
 		if err != nil {
 			return err
 		}
-		key := installKey(e.UserID, o)
-		if err := st.Set(key, encodeInstall(t, maxTime(maxT, t), e.EventID, out.CampaignID), t.Add(ret)); err != nil {
+		sc.key = appendInstallKey(sc.key[:0], e.UserID, o)
+		if err := st.Set(sc.key, encodeInstall(t, maxTime(maxT, t), e.EventID, sc.install.CampaignID), t.Add(ret)); err != nil {
 			return err
 		}
 	}
-	emit(pc, e.UserID, AppendInstall(make([]byte, 0, 256), out))
+	m, b := newOutput(pc, e.UserID)
+	m.Value = AppendInstall(b, sc.install)
+	pc.Emit(m)
 	return nil
 }
 
-// attribute fills out's click fields with the winning click, if any, among
-// the clicks below the horizon h.
-func (p *InstallProcessor) attribute(st chain.State, o, h int64, e *Event, now time.Time, out *InstallOutput) error {
+// attribute fills sc.install's click fields with the winning click, if
+// any, among the clicks below the horizon h.
+func (p *InstallProcessor) attribute(sc *scratch, st chain.State, o, h int64, e *Event, now time.Time) error {
 	t := e.Time
 	from := maxTime(t.Add(-p.cfg.Lookback), now.Add(-p.cfg.clickWindow()))
 	if from.After(t) {
 		return nil // nothing can be usable
 	}
-	lo := appendUser(nil, ClickKeyPrefix, e.UserID)
+	lo := appendUser(sc.lo[:0], ClickKeyPrefix, e.UserID)
 	n := len(lo)
 	lo = appendBE(lo, max(from.UnixNano(), 0))
-	hi := appendBE(lo[:n:n], t.UnixNano()+1) // a copy: cap n
-	lateLimit := t.Add(p.cfg.Lateness).UnixNano()
-	var err error
-	serr := st.ScanReverse(lo, hi, func(k, v []byte) bool {
-		var c clickView
-		if c, err = decodeClick(k[n:], v); err != nil {
-			err = corrupt(k, err)
-			return false
-		}
-		if c.offset > o && c.arrival > lateLimit {
-			return true // arrived after the install's lateness limit
-		}
-		if c.offset >= h {
-			return true // after the log showed the click stage idle
-		}
-		out.Attributed = true
-		out.ClickID = string(c.eventID)
-		out.CampaignID = string(c.campaign)
-		out.Channel = string(c.channel)
-		out.ClickTime = time.Unix(0, c.time).UTC()
-		return false
-	})
-	if serr != nil {
+	hi := appendBE(append(sc.hi[:0], lo[:n]...), t.UnixNano()+1)
+	sc.lo, sc.hi = lo, hi
+	sc.n, sc.o, sc.h, sc.lateLimit = n, o, h, t.Add(p.cfg.Lateness).UnixNano()
+	if serr := st.ScanReverse(lo, hi, sc.winningClick); serr != nil {
 		return fmt.Errorf("attribution: scan clicks of %q: %w", e.UserID, serr)
 	}
-	return err
+	return sc.err
+}
+
+// visitClick is attribute's callback: it stops at the winner.
+func (sc *scratch) visitClick(k, v []byte) bool {
+	c, err := decodeClick(k[sc.n:], v)
+	if err != nil {
+		sc.err = corrupt(k, err)
+		return false
+	}
+	if c.offset > sc.o && c.arrival > sc.lateLimit {
+		return true // arrived after the install's lateness limit
+	}
+	if c.offset >= sc.h {
+		return true // after the log showed the click stage idle
+	}
+	out := &sc.install
+	out.Attributed = true
+	ids := sc.strings(c.eventID, c.campaign, c.channel)
+	out.ClickID, out.CampaignID, out.Channel = ids[0], ids[1], ids[2]
+	out.ClickTime = time.Unix(0, c.time).UTC()
+	return false
 }
 
 // latestInstallTime returns the latest time among the user's stored
 // installs at offsets below o (zero if none): the max time the latest of
 // them carries.
-func (p *InstallProcessor) latestInstallTime(st chain.State, user string, o int64) (time.Time, error) {
-	lo := appendUser(nil, InstallKeyPrefix, user)
+func (p *InstallProcessor) latestInstallTime(sc *scratch, st chain.State, user string, o int64) (time.Time, error) {
+	lo := appendUser(sc.lo[:0], InstallKeyPrefix, user)
 	n := len(lo)
-	hi := appendBE(lo[:n:n], o)
-	var latest time.Time
-	var err error
-	serr := st.ScanReverse(lo, hi, func(k, v []byte) bool {
-		var in installView
-		if in, err = decodeInstall(k[n:], v); err != nil {
-			err = corrupt(k, err)
-		} else {
-			latest = time.Unix(0, in.maxTime)
-		}
-		return false
-	})
-	if serr != nil {
+	hi := appendBE(append(sc.hi[:0], lo...), o)
+	sc.lo, sc.hi, sc.n = lo, hi, n
+	sc.latest, sc.err = time.Time{}, nil
+	if serr := st.ScanReverse(lo, hi, sc.latestInstall); serr != nil {
 		return time.Time{}, fmt.Errorf("attribution: scan installs of %q: %w", user, serr)
 	}
-	return latest, err
+	return sc.latest, sc.err
+}
+
+// visitLatestInstall is latestInstallTime's callback: the first install
+// decides.
+func (sc *scratch) visitLatestInstall(k, v []byte) bool {
+	if in, err := decodeInstall(k[sc.n:], v); err != nil {
+		sc.err = corrupt(k, err)
+	} else {
+		sc.latest = time.Unix(0, in.maxTime)
+	}
+	return false
 }
 
 // PurchaseProcessor is the purchase stage: it attributes each non-duplicate
@@ -309,31 +397,38 @@ func (p *PurchaseProcessor) Process(_ context.Context, pc *chain.Context, ev *ch
 		return err
 	}
 	o := pc.Offset()
-	now := maxTime(pc.StreamTime(), e.Time)
-	ret := p.cfg.InstallRetention
-	out := PurchaseOutput{EventID: e.EventID, UserID: e.UserID, Time: e.Time, Revenue: e.RevenueText, Currency: e.Currency}
-	lo := appendUser(nil, InstallKeyPrefix, e.UserID)
+	sc := getScratch()
+	defer putScratch(sc)
+	sc.now, sc.ret = maxTime(pc.StreamTime(), e.Time), p.cfg.InstallRetention
+	sc.purchase = PurchaseOutput{EventID: e.EventID, UserID: e.UserID, Time: e.Time, Revenue: e.RevenueText, Currency: e.Currency}
+	lo := appendUser(sc.lo[:0], InstallKeyPrefix, e.UserID)
 	n := len(lo)
-	hi := appendBE(lo[:n:n], o)
-	serr := pc.State().ScanReverse(lo, hi, func(k, v []byte) bool {
-		var in installView
-		if in, err = decodeInstall(k[n:], v); err != nil {
-			err = corrupt(k, err)
-			return false
-		}
-		if usable(time.Unix(0, in.time), now, ret) {
-			out.InstallID = string(in.eventID)
-			out.CampaignID = string(in.campaign)
-			return false
-		}
-		return usable(time.Unix(0, in.maxTime), now, ret)
-	})
-	if serr != nil {
+	hi := appendBE(append(sc.hi[:0], lo...), o)
+	sc.lo, sc.hi, sc.n = lo, hi, n
+	if serr := pc.State().ScanReverse(lo, hi, sc.usableInstall); serr != nil {
 		return fmt.Errorf("attribution: scan installs of %q: %w", e.UserID, serr)
 	}
-	if err != nil {
-		return err
+	if sc.err != nil {
+		return sc.err
 	}
-	emit(pc, e.UserID, AppendPurchase(make([]byte, 0, 256), out))
+	m, b := newOutput(pc, e.UserID)
+	m.Value = AppendPurchase(b, sc.purchase)
+	pc.Emit(m)
 	return nil
+}
+
+// visitUsableInstall is the purchase scan's callback: it stops at the first
+// usable install, or once no install below can be usable.
+func (sc *scratch) visitUsableInstall(k, v []byte) bool {
+	in, err := decodeInstall(k[sc.n:], v)
+	if err != nil {
+		sc.err = corrupt(k, err)
+		return false
+	}
+	if usable(time.Unix(0, in.time), sc.now, sc.ret) {
+		ids := sc.strings(in.eventID, in.campaign)
+		sc.purchase.InstallID, sc.purchase.CampaignID = ids[0], ids[1]
+		return false
+	}
+	return usable(time.Unix(0, in.maxTime), sc.now, sc.ret)
 }

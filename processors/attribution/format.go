@@ -107,11 +107,12 @@ func AppendTime(dst []byte, t time.Time) []byte {
 }
 
 // SourceValue returns the SourceHeader value for partition p, offset o.
-func SourceValue(p int32, o int64) []byte {
-	b := make([]byte, 0, 24)
-	b = strconv.AppendInt(b, int64(p), 10)
-	b = append(b, '/')
-	return strconv.AppendInt(b, o, 10)
+func SourceValue(p int32, o int64) []byte { return appendSource(make([]byte, 0, 24), p, o) }
+
+func appendSource(dst []byte, p int32, o int64) []byte {
+	dst = strconv.AppendInt(dst, int64(p), 10)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, o, 10)
 }
 
 // ParseSource parses a SourceHeader value written by SourceValue: the

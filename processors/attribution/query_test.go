@@ -46,11 +46,11 @@ func TestQueryUser(t *testing.T) {
 	}}
 	click := func(user string, at time.Duration, off int64, id string) {
 		e := &Event{EventID: id, UserID: user, Time: base.Add(at), CampaignID: "c-" + id, Channel: "web"}
-		m.kv[string(clickKey(user, e.Time.UnixNano(), off))] = encodeClick(e.Time, e)
+		m.kv[string(appendClickKey(nil, user, e.Time.UnixNano(), off))] = encodeClick(e.Time, e)
 	}
 	install := func(user string, at time.Duration, off int64, id string) {
 		tt := base.Add(at)
-		m.kv[string(installKey(user, off))] = encodeInstall(tt, tt, id, "camp")
+		m.kv[string(appendInstallKey(nil, user, off))] = encodeInstall(tt, tt, id, "camp")
 	}
 	click("u1", -2*time.Hour, 1, "old") // out of the look-back window
 	click("u1", -30*time.Minute, 2, "k1")

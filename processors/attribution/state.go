@@ -53,24 +53,23 @@ func appendUser(dst []byte, prefix, user string) []byte {
 // appendBE appends v as 8 bytes big-endian (v >= 0 sorts as a number).
 func appendBE(dst []byte, v int64) []byte { return binary.BigEndian.AppendUint64(dst, uint64(v)) }
 
-// clickKey is the key of the click of user at (time t ns, offset).
-func clickKey(user string, t, offset int64) []byte {
-	k := appendUser(make([]byte, 0, len(ClickKeyPrefix)+binary.MaxVarintLen64+len(user)+16), ClickKeyPrefix, user)
-	return appendBE(appendBE(k, t), offset)
+// appendClickKey appends the key of the click of user at (time t ns,
+// offset).
+func appendClickKey(dst []byte, user string, t, offset int64) []byte {
+	return appendBE(appendBE(appendUser(dst, ClickKeyPrefix, user), t), offset)
 }
 
-// installKey is the key of the install of user at offset.
-func installKey(user string, offset int64) []byte {
-	k := appendUser(make([]byte, 0, len(InstallKeyPrefix)+binary.MaxVarintLen64+len(user)+8), InstallKeyPrefix, user)
-	return appendBE(k, offset)
+// appendInstallKey appends the key of the install of user at offset.
+func appendInstallKey(dst []byte, user string, offset int64) []byte {
+	return appendBE(appendUser(dst, InstallKeyPrefix, user), offset)
 }
 
-func seenKey(typ, id string) []byte {
-	k := make([]byte, 0, len(SeenKeyPrefix)+len(typ)+1+len(id))
-	k = append(k, SeenKeyPrefix...)
-	k = append(k, typ...)
-	k = append(k, '/')
-	return append(k, id...)
+// appendSeenKey appends the key of the (typ, id) seen entry.
+func appendSeenKey(dst []byte, typ, id string) []byte {
+	dst = append(dst, SeenKeyPrefix...)
+	dst = append(dst, typ...)
+	dst = append(dst, '/')
+	return append(dst, id...)
 }
 
 // splitUserKey splits a click or install key (without its prefix) into the
@@ -147,7 +146,9 @@ func newReader(v []byte, version byte) (*reader, error) {
 	return &reader{b: v[1:]}, nil
 }
 
-func encodeSeen(t time.Time) []byte { return appendTimeNS([]byte{seenVersion}, t) }
+func encodeSeen(t time.Time) []byte {
+	return appendTimeNS(append(make([]byte, 0, 1+binary.MaxVarintLen64), seenVersion), t)
+}
 
 func decodeSeen(v []byte) (time.Time, error) {
 	r, err := newReader(v, seenVersion)
