@@ -423,3 +423,162 @@ func scaleRun(t *testing.T, bin string, partitions, records int) scaleRow {
 	}
 	return row
 }
+
+// cpuTicks is a running member's CPU so far (user and system), in clock
+// ticks (/proc/<pid>/stat).
+func cpuTicks(t *testing.T, m *member) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	require.NoError(t, err)
+	// The fields after the command name, which is in parentheses.
+	fs := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, err := strconv.ParseInt(fs[11], 10, 64)
+	require.NoError(t, err)
+	stime, err := strconv.ParseInt(fs[12], 10, 64)
+	require.NoError(t, err)
+	return utime + stime
+}
+
+// inputEnd is the sum of the input partitions' end offsets.
+func inputEnd(t *testing.T, client sarama.Client, f *fleet) int64 {
+	t.Helper()
+	var n int64
+	for p := range f.partitions {
+		o, err := client.GetOffset(f.in, int32(p), sarama.OffsetNewest)
+		require.NoError(t, err)
+		n += o
+	}
+	return n
+}
+
+// TestPartitionSteadyCPU measures what a partition costs one instance in
+// steady state, beside its records: for each partition count, one
+// `differential run` (as in TestPartitionScale) under an input streamed at
+// the same total rate, its CPU over a window once every partition started,
+// ÷ the records written meanwhile. The difference between two counts at
+// one rate is the partitions' fixed cost (checkpoints, commits, the stage
+// loops of a partition with few records). At the end the outputs are the
+// model's and every committed offset is at its log end. Opt-in
+// (DIFFERENTIAL_SCALE_BENCH=1, a real broker); the counts are
+// DIFFERENTIAL_SCALE_PARTITIONS (default 8,192), the rate
+// DIFFERENTIAL_SCALE_RATE (records a second, default 2000), the window
+// 60 s.
+func TestPartitionSteadyCPU(t *testing.T) {
+	if os.Getenv("DIFFERENTIAL_SCALE_BENCH") == "" || os.Getenv("DIFFERENTIAL_TEST_BROKERS") == "" {
+		t.Skip("the partition-count benchmark: set DIFFERENTIAL_SCALE_BENCH=1 and DIFFERENTIAL_TEST_BROKERS (a real broker; docs/testing.md)")
+	}
+	counts := []int{8, 192}
+	if s := os.Getenv("DIFFERENTIAL_SCALE_PARTITIONS"); s != "" {
+		counts = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "DIFFERENTIAL_SCALE_PARTITIONS")
+			counts = append(counts, n)
+		}
+	}
+	rate := 2000
+	if s := os.Getenv("DIFFERENTIAL_SCALE_RATE"); s != "" {
+		var err error
+		rate, err = strconv.Atoi(s)
+		require.NoError(t, err, "DIFFERENTIAL_SCALE_RATE")
+	}
+	const window = 60 * time.Second
+	bin := buildCLI(t)
+	var table strings.Builder
+	table.WriteString("| partitions | records/s | per partition | records in the window | CPU s | CPU µs per record | lag at the window's end |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range counts {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			f := newFleet(t, bin, "steady", n, "sticky", true, "--commit-interval", "1s", "--buffer-budget", "1572864")
+			wc := f.workload(rate*int(3*window/time.Second), workload.DefaultConfig().Users, 73)
+			f.cfg.IdleTimeout = 10 * time.Minute
+			recs := workload.Generate(wc)
+			tr := newTracker()
+			sl := &sessionLog{sessions: map[*member][]session{}}
+			f.onLine = func(m *member, line string, at time.Time) {
+				sl.line(m, line, at)
+				tr.line(m, line, at)
+			}
+			client, err := sarama.NewClient(f.b.Addrs(), f.b.Config())
+			require.NoError(t, err)
+			defer client.Close()
+			adm, err := sarama.NewClusterAdminFromClient(client)
+			require.NoError(t, err)
+
+			// The stream first, so that every partition has a record when a starts.
+			stop := stream(t, f, recs, rate)
+			for deadline := time.Now().Add(time.Minute); ; {
+				empty := 0
+				for p := range n {
+					o, err := client.GetOffset(f.in, int32(p), sarama.OffsetNewest)
+					require.NoError(t, err)
+					if o == 0 {
+						empty++
+					}
+				}
+				if empty == 0 {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "%d partitions without a record after a minute", empty)
+				<-time.After(100 * time.Millisecond) // polls the brokers; the bound is the deadline
+			}
+			at := time.Now()
+			a := f.start(t, "a")
+			// Every partition started (f.parts belongs to the stream:
+			// every partition counts as holding a record).
+			for {
+				tr.mu.Lock()
+				started := 0
+				for p := range n {
+					for _, s := range tr.events[int32(p)] {
+						if s.start && s.m == a {
+							started++
+							break
+						}
+					}
+				}
+				ch := tr.changed
+				tr.mu.Unlock()
+				if started == n {
+					break
+				}
+				select {
+				case <-ch:
+				case err := <-a.exited:
+					t.Fatalf("a exited: %v\n%s", err, a.logs.String())
+				case <-time.After(3 * time.Minute):
+					t.Fatalf("a started %d of %d partitions within 3 minutes", started, n)
+				}
+			}
+			t.Logf("every partition started after %v", time.Since(at))
+			// A warm-up of 10 s, then the window.
+			time.Sleep(10 * time.Second) // the measured window is by the clock
+			c0, e0 := cpuTicks(t, a), inputEnd(t, client, f)
+			time.Sleep(window) // the measured window is by the clock
+			c1, e1 := cpuTicks(t, a), inputEnd(t, client, f)
+			ps := make([]int32, n)
+			for i := range ps {
+				ps[i] = int32(i)
+			}
+			off, err := adm.ListConsumerGroupOffsets(f.group, map[string][]int32{f.in: ps})
+			require.NoError(t, err)
+			var committed int64
+			for _, p := range ps {
+				if blk := off.GetBlock(f.in, p); blk != nil && blk.Offset > 0 {
+					committed += blk.Offset
+				}
+			}
+			cpu := time.Duration(c1-c0) * time.Second / 100 // USER_HZ
+			recsIn := e1 - e0
+			fmt.Fprintf(&table, "| %d | %d | %.1f | %d | %.1f | %.1f | %d |\n", n, rate, float64(rate)/float64(n), recsIn,
+				cpu.Seconds(), float64(cpu.Microseconds())/float64(recsIn), e1-committed)
+			stop()
+			f.sentinels(t)
+			f.waitCovered(t, 0, "everything")
+			f.stop(t, a)
+			f.b.WaitStable(t, f.out)
+			f.b.WaitStable(t, f.dlq)
+			f.verify(t)
+		})
+	}
+	t.Logf("steady CPU:\n%s", table.String())
+}
