@@ -197,25 +197,28 @@ func rssKB(t *testing.T, m *member) (rss, peak int) {
 
 // scaleRow is one partition count's measurements.
 type scaleRow struct {
-	partitions     int
-	empty          int           // partitions without a record when a starts
-	join, startup  time.Duration // from a's start: its session, every partition started
-	rssAlone       int           // a's peak RSS (KB) when alone, most of the input processed
-	joinSettled    time.Duration // b joins: from its start until both run every partition they claim
-	joinMoved      int           // partitions that moved to b
-	bJoined        time.Duration // b's start until its session started
-	leaveSettled   time.Duration // b SIGTERMed: until a ran every partition again
-	leaveMoved     int
-	rssA, rssB     int           // peak RSS (KB) until each was stopped
-	cpu            time.Duration // a's and b's CPU (user and system) over the run
-	changelogRecs  int
-	changelogBytes int64
-	liveEntries    int
-	liveBytes      int64
-	inputRecords   int
-	inputBytes     int64
-	outputRecords  int
-	outputBytes    int64
+	partitions    int
+	empty         int           // partitions without a record when a starts
+	join, startup time.Duration // from a's start: its session, every partition started
+	rssAlone      int           // a's peak RSS (KB) when alone, most of the input processed
+	joinSettled   time.Duration // b joins: from its start until both run every partition they claim
+	joinMoved     int           // partitions that moved to b
+	bJoined       time.Duration // b's start until its session started
+	leaveSettled  time.Duration // b SIGTERMed: until a ran every partition again
+	leaveMoved    int
+	rssA, rssB    int           // peak RSS (KB) until each was stopped
+	cpu           time.Duration // a's and b's CPU (user and system) over the run
+	// a restarted at the end on its state directory: its session, every
+	// partition started
+	restartJoin, restartStartup time.Duration
+	changelogRecs               int
+	changelogBytes              int64
+	liveEntries                 int
+	liveBytes                   int64
+	inputRecords                int
+	inputBytes                  int64
+	outputRecords               int
+	outputBytes                 int64
 	// live entries and their bytes by state key prefix (click, install,
 	// seen event id)
 	liveBy      map[string]int
@@ -234,7 +237,8 @@ type scaleRow struct {
 // once most outputs are out, a second process joins (until both run every
 // partition they claim), more input arrives, the second is stopped with
 // SIGTERM (until the first runs every partition again), and the rest of the
-// input follows. Each process's peak RSS, both processes' CPU, the
+// input follows; at the end a restarts on its state directory (until every
+// partition started again). Each process's peak RSS, both processes' CPU, the
 // input's, outputs' and changelog's records and bytes (the changelog's
 // appended and live, by state key), and at the end the outputs equal the model's, each
 // exactly once, and every partition's committed offset is at its log end.
@@ -269,13 +273,14 @@ func TestPartitionScale(t *testing.T) {
 	}
 	mb := func(kb int) string { return fmt.Sprintf("%d MB", kb*1024/1_000_000) }
 	var table strings.Builder
-	table.WriteString("| partitions (empty) | joined | all started | peak RSS alone | b joins: settled | moved | b's session | b SIGTERM: settled | moved | peak RSS a / b |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	table.WriteString("| partitions (empty) | joined | all started | peak RSS alone | b joins: settled | moved | b's session | b SIGTERM: settled | moved | peak RSS a / b | restart: session | all started |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var cl strings.Builder
 	cl.WriteString("| partitions | input records | CPU s (a + b) | CPU µs per input record | changelog records | bytes | per input record | live entries | live bytes |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&table, "| %d (%d) | %.2f s | %.2f s | %s | %.2f s | %d | %.2f s | %.2f s | %d | %s / %s |\n",
+		fmt.Fprintf(&table, "| %d (%d) | %.2f s | %.2f s | %s | %.2f s | %d | %.2f s | %.2f s | %d | %s / %s | %.2f s | %.2f s |\n",
 			r.partitions, r.empty, r.join.Seconds(), r.startup.Seconds(), mb(r.rssAlone), r.joinSettled.Seconds(), r.joinMoved,
-			r.bJoined.Seconds(), r.leaveSettled.Seconds(), r.leaveMoved, mb(r.rssA), mb(r.rssB))
+			r.bJoined.Seconds(), r.leaveSettled.Seconds(), r.leaveMoved, mb(r.rssA), mb(r.rssB),
+			r.restartJoin.Seconds(), r.restartStartup.Seconds())
 		fmt.Fprintf(&cl, "| %d | %d | %.1f | %.1f | %d | %d | %.1f B in %.2f records | %d | %d |\n", r.partitions, r.inputRecords,
 			r.cpu.Seconds(), float64(r.cpu.Microseconds())/float64(r.inputRecords), r.changelogRecs, r.changelogBytes, float64(r.changelogBytes)/float64(r.inputRecords),
 			float64(r.changelogRecs)/float64(r.inputRecords), r.liveEntries, r.liveBytes)
@@ -363,6 +368,14 @@ func scaleRun(t *testing.T, bin string, partitions, records int) scaleRow {
 	_, row.rssA = rssKB(t, a)
 	f.stop(t, a)
 	row.cpu += a.cmd.ProcessState.UserTime() + a.cmd.ProcessState.SystemTime()
+	// a restarts on its state directory: every partition's local state
+	// matches its committed checkpoint, and the changelog exists.
+	at = time.Now()
+	a = f.start(t, "a")
+	last, joined, _ = awaitSettled(t, f, tr, sl, []*member{a}, at, limit)
+	row.restartJoin, row.restartStartup = joined[a].Sub(at), last.Sub(at)
+	t.Logf("a restarted: session after %v, every partition started after %v", row.restartJoin, row.restartStartup)
+	f.stop(t, a)
 	f.b.WaitStable(t, f.out)
 	f.b.WaitStable(t, f.dlq)
 	f.verify(t)
