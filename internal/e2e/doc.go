@@ -6,6 +6,8 @@
 // reader sees every output once: TestExactlyOnceSIGKILLRestart,
 // TestExactlyOnceFleet), static members restarted without a rebalance
 // (TestStaticMemberRestartMovesNothing, real broker), and the fleet
-// benchmark of failover gaps (TestFleetFailoverGap, opt-in). It has no
-// non-test code.
+// benchmark of failover gaps (TestFleetFailoverGap, opt-in) and of
+// start-up and rebalance times and of a running partition's CPU by
+// partition count (TestPartitionScale, TestPartitionSteadyCPU; opt-in). It
+// has no non-test code.
 package e2e
