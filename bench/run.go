@@ -867,8 +867,15 @@ func (h *harness) judge(d *design, s runSpec, phase string, res *DesignResult) e
 	}
 	res.Correctness = &c
 	if !c.OK {
+		name := string(s.kind)
+		if s.variant != nil && s.variant.name != "" {
+			name += " (" + s.variant.name + ")"
+		}
+		if d.committed {
+			name += ", read back read_committed"
+		}
 		return fmt.Errorf("%w: %s (%s, workload %s P=%d W=%d): missing %d, duplicated %d, mismatched %d, unexpected %d, out of order %d; first: %s",
-			ErrIncorrect, s.kind, phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
+			ErrIncorrect, name, phase, s.pt.name, s.pt.wc.Partitions, s.pt.workers,
 			c.Missing, c.Duplicates, c.Mismatched, c.Unexpected, c.OrderViolations, c.First)
 	}
 	return nil

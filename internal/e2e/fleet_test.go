@@ -177,6 +177,7 @@ func (f *fleet) growToThree(t *testing.T, slice func(int) []workload.Record, mar
 	f.produce(t, slice(0))
 	f.produce(t, slice(1))
 	a = f.start(t, "a")
+	f.waitStarted(t, a)
 	f.waitCovered(t, margin, "a alone")
 	b = f.start(t, "b")
 	c = f.start(t, "c")

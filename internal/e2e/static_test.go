@@ -55,6 +55,9 @@ func TestStaticMemberRestartMovesNothing(t *testing.T) {
 
 	f.produce(t, slice(0))
 	a := f.start(t, "a", "--instance-id", "a")
+	// a joins alone: the outputs below the margin may be none, so the wait
+	// for them alone would not wait for a's first generation.
+	f.waitStarted(t, a)
 	f.waitCovered(t, margin, "a alone")
 	b := f.start(t, "b", "--instance-id", "b")
 	f.produce(t, slice(1))
