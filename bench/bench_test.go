@@ -200,3 +200,21 @@ func BenchmarkWorkloadB1s_ChainKeyConcurrency2(b *testing.B) {
 func BenchmarkWorkloadB1s_Strongest(b *testing.B) {
 	newDefaultsEnv(b, 400_000, 32_000).run(b, kindStrongest)
 }
+
+// BenchmarkWorkloadB1s_ChainAtLeastOnce and _ChainExactlyOnce: the chain of
+// BenchmarkWorkloadB1s_Chain wired as `differential run` is (a changelog;
+// exactly-once: a Transactor instead of the producer), the exactly-once
+// cost table's cells at 1 s on the embedded broker.
+func BenchmarkWorkloadB1s_ChainAtLeastOnce(b *testing.B) {
+	benchGuarantee(b, GuaranteeAtLeastOnce)
+}
+
+func BenchmarkWorkloadB1s_ChainExactlyOnce(b *testing.B) {
+	benchGuarantee(b, GuaranteeExactlyOnce)
+}
+
+func benchGuarantee(b *testing.B, g string) {
+	e := newDefaultsEnv(b, 400_000, 2000)
+	e.spec.variant = &chainVariant{name: g, gate: e.h.o.Gate, commitInterval: time.Second, guarantee: g}
+	e.run(b, kindChain)
+}
