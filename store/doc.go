@@ -41,6 +41,14 @@
 // iterator per range read; the read's own state is pooled). The caller's
 // function runs without any store lock held, so it may call the state.
 //
+// The B-tree holds only the overlay keys whose first byte some range read
+// has covered (and the empty key): the first range read over a byte inserts
+// the overlay's keys with it, once, and from then on every new overlay key
+// with that byte goes into the tree. Keys that are only ever read by Get —
+// the attribution processors' deduplication keys, one per record — cost a
+// map entry and no ordered insert or delete. A processor whose range reads
+// and point-read keys start with different bytes gets this without asking.
+//
 // A Pebble iterator reads the snapshot of its creation. A checkpoint that
 // commits during a range read and then drops the persisted keys from the
 // overlay could leave such a key in neither view; every overlay read

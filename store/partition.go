@@ -102,8 +102,13 @@ type partitionStore struct {
 		seq     uint64
 		overlay map[string]*okey
 		// keys holds the overlay's entries in key order, for scans (get
-		// uses the map).
-		keys *btreemap.BTreeMap[string, *okey]
+		// uses the map): those whose first byte is in ordered, and the
+		// empty key. A first byte joins ordered when a range read first
+		// covers it (orderLocked), so keys that are only ever read by Get —
+		// a deduplication key per record — cost no ordered insert and
+		// delete.
+		keys    *btreemap.BTreeMap[string, *okey]
+		ordered byteSet
 		// gen counts the times overlay entries were dropped after their
 		// writes were persisted (and Resets): a scan that sees it change
 		// refreshes its backend iterator (see scanner).
@@ -214,7 +219,9 @@ func (p *partitionStore) write(op string, stage int, off int64, key, val []byte,
 	if k == nil {
 		k = p.newOkeyLocked(string(key))
 		p.mu.overlay[k.key] = k
-		p.mu.keys.ReplaceOrInsert(k.key, k)
+		if p.mu.ordered.holds(k.key) {
+			p.mu.keys.ReplaceOrInsert(k.key, k)
+		}
 	}
 	p.mu.seq++
 	k.val, k.exp, k.seq = val, exp, p.mu.seq
@@ -222,6 +229,53 @@ func (p *partitionStore) write(op string, stage int, off int64, key, val []byte,
 	p.mu.pending[stage] = append(p.mu.pending[stage], write{seq: p.mu.seq, off: off, k: k, val: val, exp: exp})
 	return nil
 }
+
+// orderLocked makes the overlay's ordered keys hold every overlay key a
+// range read of [lo, hi) (no upper bound without hasHi) may pass: each first
+// byte such a key can have that is not ordered yet joins ordered, and the
+// overlay's keys with it are inserted, in one pass over the overlay. It may
+// order more bytes than the range needs, never fewer.
+func (p *partitionStore) orderLocked(lo, hi string, hasHi bool) {
+	first, last := 0, 255
+	if lo != "" {
+		first = int(lo[0])
+	}
+	if hasHi {
+		if hi == "" {
+			return // an empty range
+		}
+		last = int(hi[0])
+	}
+	var add byteSet
+	for b := first; b <= last; b++ {
+		if !p.mu.ordered.has(byte(b)) {
+			add.set(byte(b))
+		}
+	}
+	if add.empty() {
+		return
+	}
+	for key, k := range p.mu.overlay {
+		if key != "" && add.has(key[0]) {
+			p.mu.keys.ReplaceOrInsert(key, k)
+		}
+	}
+	p.mu.ordered.union(add)
+}
+
+// byteSet is a set of bytes.
+type byteSet [4]uint64
+
+func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
+func (s *byteSet) set(b byte)      { s[b>>6] |= 1 << (b & 63) }
+func (s *byteSet) empty() bool     { return s[0]|s[1]|s[2]|s[3] == 0 }
+func (s *byteSet) union(o byteSet) {
+	s[0], s[1], s[2], s[3] = s[0]|o[0], s[1]|o[1], s[2]|o[2], s[3]|o[3]
+}
+
+// holds reports whether the ordered keys hold key when it is in the
+// overlay: the empty key always, any other by its first byte.
+func (s *byteSet) holds(key string) bool { return key == "" || s.has(key[0]) }
 
 // okeyBlock is how many overlay entries are allocated together.
 const okeyBlock = 64
@@ -594,7 +648,9 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
 			k.floor = max(k.floor, w.seq)
 			if k.pending--; k.pending == 0 {
 				delete(p.mu.overlay, k.key)
-				p.mu.keys.Delete(k.key)
+				if p.mu.ordered.holds(k.key) {
+					p.mu.keys.Delete(k.key)
+				}
 				k.val = nil // see newOkeyLocked
 			}
 			if left--; left == 0 {

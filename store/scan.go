@@ -206,6 +206,9 @@ func (s *scanner) loadOverlay() error {
 	if p.mu.gen != s.gen {
 		s.gen, s.fresh = p.mu.gen, true
 	}
+	if !s.ovBegun {
+		p.orderLocked(s.loS, s.hiS, s.hasHi)
+	}
 	t := p.mu.keys
 	switch {
 	case s.reverse && s.ovBegun:

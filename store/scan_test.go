@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -270,4 +271,93 @@ func TestScanDuringConcurrentCheckpoints(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	})
+}
+
+// TestScanOrdersKeysWhenARangeFirstCoversThem: the overlay keeps in key
+// order only the keys whose first byte a range read has covered (and the
+// empty key), and a range read sees exactly what Get sees whichever bytes
+// were covered before it. Random writes, deletes, checkpoints and scans
+// over keys of six first bytes (one of them never scanned, as the
+// attribution processors' deduplication keys are) are checked against a
+// model of the latest values.
+func TestScanOrdersKeysWhenARangeFirstCoversThem(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		st := []string{"a"}
+		ps := h.open(t, 0, st).(*partitionStore)
+		ss := ps.Stage(0)
+		rng := rand.New(rand.NewPCG(7, 11))
+		firsts := []string{"c/", "i/", "v/", "w", "x/"}
+		model := map[string]string{}
+		covered := map[byte]bool{}
+		var off int64
+		key := func() string {
+			if rng.IntN(40) == 0 {
+				return ""
+			}
+			if rng.IntN(3) == 0 {
+				return fmt.Sprintf("d/%d", rng.IntN(200)) // never scanned
+			}
+			return fmt.Sprintf("%s%d", firsts[rng.IntN(len(firsts))], rng.IntN(50))
+		}
+		for range 3000 {
+			switch n := rng.IntN(20); {
+			case n < 10:
+				k, v := key(), fmt.Sprint("v", off)
+				set(t, ss, off, k, v)
+				model[k] = v
+				off++
+			case n < 13:
+				k := key()
+				del(t, ss, off, k)
+				delete(model, k)
+				off++
+			case n < 14:
+				require.NoError(t, ps.Checkpoint(cps(st, off-int64(rng.IntN(5))), time.Time{}))
+			default:
+				f := firsts[rng.IntN(len(firsts))]
+				lo, hi := f, f+"\xff"
+				if rng.IntN(4) == 0 {
+					lo, hi = "", "c/\xff" // from the empty key, bytes below 'd
+				}
+				var keys, want []string
+				for k := range model {
+					if k >= lo && k < hi {
+						keys = append(keys, k)
+					}
+				}
+				slices.Sort(keys)
+				for _, k := range keys {
+					want = append(want, k+"="+model[k])
+				}
+				reverse := rng.IntN(2) == 0
+				got := scanAll(t, ss, lo, hi, reverse)
+				if reverse {
+					got = reversed(got)
+				}
+				require.Equal(t, want, got, "scan [%q, %q)", lo, hi)
+				for b := int(lo0(lo)); b <= int(hi[0]); b++ {
+					covered[byte(b)] = true
+				}
+			}
+			// The ordered keys are the overlay's keys of covered bytes.
+			ps.mu.Lock()
+			want := 0
+			for k := range ps.mu.overlay {
+				if k == "" || covered[k[0]] {
+					want++
+				}
+			}
+			got := ps.mu.keys.Len()
+			ps.mu.Unlock()
+			require.Equal(t, want, got, "ordered overlay keys")
+		}
+		require.False(t, covered['d'], "the deduplication-like keys' byte was never scanned")
+	})
+}
+
+func lo0(lo string) byte {
+	if lo == "" {
+		return 0
+	}
+	return lo[0]
 }
