@@ -461,6 +461,10 @@ func (tc *txnCoordinator) cycle() bool {
 			}
 		}
 	}
+	// The transaction has ended: what it holds is counted now, before an
+	// abort rewinds the partitions, whose records then send again into
+	// the next one.
+	sent, appended := tc.sent.Swap(0), tc.appended.Swap(0)
 	switch {
 	case unknown:
 		tc.unknown(ctx, parts, err)
@@ -472,7 +476,7 @@ func (tc *txnCoordinator) cycle() bool {
 			cp.err = err
 		}
 	}
-	tc.ended(start, err, cause, len(offsets))
+	tc.ended(start, err, cause, len(offsets), sent, appended)
 
 	tc.mu.Lock()
 	tc.mu.cycling = false
@@ -539,11 +543,11 @@ func (tc *txnCoordinator) cycle() bool {
 	return more
 }
 
-// ended reports the cycle's transaction to the TxnObserver, if any, and
-// starts counting the next one's contents. A cycle with nothing sent,
-// appended or committed held no transaction and is not reported.
-func (tc *txnCoordinator) ended(start time.Time, err error, cause TxnAbortCause, offsets int) {
-	sent, appended := tc.sent.Swap(0), tc.appended.Swap(0)
+// ended reports the cycle's transaction, which held sent outputs and dead
+// letters and appended changelog records, to the TxnObserver, if any. A
+// cycle with nothing sent, appended or committed held no transaction and
+// is not reported.
+func (tc *txnCoordinator) ended(start time.Time, err error, cause TxnAbortCause, offsets int, sent, appended int64) {
 	if tc.obs == nil || (err == nil && sent == 0 && appended == 0 && offsets == 0) {
 		return
 	}
