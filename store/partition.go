@@ -246,12 +246,7 @@ func (p *partitionStore) orderLocked(lo, hi string, hasHi bool) {
 		}
 		last = int(hi[0])
 	}
-	var add byteSet
-	for b := first; b <= last; b++ {
-		if !p.mu.ordered.has(byte(b)) {
-			add.set(byte(b))
-		}
-	}
+	add := byteRange(byte(first), byte(last)).without(p.mu.ordered)
 	if add.empty() {
 		return
 	}
@@ -266,9 +261,26 @@ func (p *partitionStore) orderLocked(lo, hi string, hasHi bool) {
 // byteSet is a set of bytes.
 type byteSet [4]uint64
 
+// byteRange returns the set of the bytes from first to last (first <= last),
+// word by word: a range read checks its bytes in constant time.
+func byteRange(first, last byte) byteSet {
+	var r byteSet
+	for w := range r {
+		lo, hi := w*64, w*64+63
+		if int(last) < lo || int(first) > hi {
+			continue
+		}
+		from, to := max(int(first), lo)-lo, min(int(last), hi)-lo
+		r[w] = (^uint64(0) >> (63 - to)) &^ (1<<from - 1)
+	}
+	return r
+}
+
 func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
-func (s *byteSet) set(b byte)      { s[b>>6] |= 1 << (b & 63) }
 func (s *byteSet) empty() bool     { return s[0]|s[1]|s[2]|s[3] == 0 }
+func (s byteSet) without(o byteSet) byteSet {
+	return byteSet{s[0] &^ o[0], s[1] &^ o[1], s[2] &^ o[2], s[3] &^ o[3]}
+}
 func (s *byteSet) union(o byteSet) {
 	s[0], s[1], s[2], s[3] = s[0]|o[0], s[1]|o[1], s[2]|o[2], s[3]|o[3]
 }

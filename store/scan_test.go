@@ -361,3 +361,18 @@ func lo0(lo string) byte {
 	}
 	return lo[0]
 }
+
+// TestByteRange: byteRange(f, l) holds exactly the bytes from f to l, for
+// every pair.
+func TestByteRange(t *testing.T) {
+	for f := range 256 {
+		for l := f; l < 256; l++ {
+			r := byteRange(byte(f), byte(l))
+			for b := range 256 {
+				if r.has(byte(b)) != (b >= f && b <= l) {
+					t.Fatalf("byteRange(%d, %d) has(%d) = %v", f, l, b, r.has(byte(b)))
+				}
+			}
+		}
+	}
+}
