@@ -27,6 +27,11 @@ type Chain struct {
 	mu struct {
 		sync.Mutex
 		parts map[partKey]*partitionRun
+		// claimed counts the RunPartition calls of a partition from their
+		// start (before the store opens); standby holds the partitions
+		// this chain keeps warm without running them (OpenStandby).
+		claimed map[partKey]int
+		standby map[partKey]*Standby
 	}
 }
 
@@ -81,6 +86,8 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	}
 	c := &Chain{stages: append([]Stage(nil), stages...), names: names, dec: dec, cfg: cfg}
 	c.mu.parts = map[partKey]*partitionRun{}
+	c.mu.claimed = map[partKey]int{}
+	c.mu.standby = map[partKey]*Standby{}
 	if cfg.workerCap > 0 {
 		c.workers = newWorkerCap(cfg.workerCap)
 	}
@@ -118,6 +125,7 @@ type Assignment struct {
 // *PartitionError after the same final commit of what is complete.
 func (c *Chain) RunPartition(ctx context.Context, a Assignment) error {
 	k := partKey{a.Topic, a.Partition}
+	defer c.claim(k)()
 	p, err := newPartitionRun(c, a)
 	if err != nil {
 		return &PartitionError{Topic: a.Topic, Partition: a.Partition, Err: err}

@@ -163,7 +163,8 @@
 // One concept a file. The chain and one partition: chain.go (New,
 // RunPartition, Stats), partition.go (partitionRun: fetcher, pace, commit
 // loop, stop), restore.go (bringing local state to the committed
-// checkpoint), idle.go (gapLog: the idle releases the log shows). One
+// checkpoint), standby.go (warm copies of partitions the chain does not
+// run: OpenStandby, Standby.CatchUp), idle.go (gapLog: the idle releases the log shows). One
 // stage of one partition:
 //
 //   - stagerun.go: the stageRun struct, its construction and its workers'

@@ -179,7 +179,7 @@ func (p *partitionRun) restoreFromChangelog(ctx context.Context, a Assignment) e
 			return fmt.Errorf("%w: the group's commit says the state is the first %d offsets of the changelog, which ends at %d (was the changelog topic deleted or recreated? resetting the group's offsets starts the partition over with empty state)", ErrChangelogBehind, c, end)
 		case lok && pok && local == c:
 			why = "local state matches the committed checkpoint"
-		case lok && local <= c && p.tombstonesKept(written):
+		case lok && local <= c && p.c.tombstonesKept(written):
 			why = "local state is a prefix of the committed one: catching up"
 			if err := p.readChangelog(ctx, local, c); err != nil {
 				return err
@@ -275,19 +275,6 @@ func (p *partitionRun) finishRestore(log interface{ Info(string, ...any) }, off 
 	}
 	log.Info("partition state restored", "records", s.Records, "bytes", s.Bytes, "appended", s.Appended,
 		"seconds", s.Duration.Seconds(), "records_per_second", int64(rate), "changelog_offset", off)
-}
-
-// tombstonesKept reports whether every tombstone appended to the changelog
-// since a local state written at written is still in it: Kafka's compaction
-// drops a tombstone delete.retention.ms after it was written (at the
-// earliest), and every record after the local state's offset was written
-// after it. Half the retention is the margin for clocks.
-func (p *partitionRun) tombstonesKept(written time.Time) bool {
-	tr, ok := p.c.cfg.changelog.(TombstoneRetention)
-	if !ok || tr.TombstoneRetention() <= 0 {
-		return true
-	}
-	return time.Now().Sub(written) < tr.TombstoneRetention()/2
 }
 
 // atOrAfter reports whether every stage of a is at or after b's position:

@@ -28,19 +28,38 @@ import (
 const advertiseTopicPrefix = "differential/http="
 
 // Advertise returns strategy with addr (host:port) advertised in every
-// subscription of the member; an empty addr returns strategy as it is.
+// subscription of the member; an empty addr returns strategy as it is. On
+// a strategy from PreferWarm (or Advertise) it returns a copy advertising
+// addr too, since one wrapper must write the whole user data.
 func Advertise(strategy sarama.BalanceStrategy, addr string) sarama.BalanceStrategy {
 	if addr == "" || strategy == nil {
 		return strategy
 	}
+	if a, ok := strategy.(*advertising); ok {
+		a = a.clone()
+		a.addr = addr
+		return a
+	}
 	return &advertising{BalanceStrategy: strategy, addr: addr}
 }
 
+// advertising adds entries to the sticky user data of the member's
+// subscriptions: its address (when addr is set) and the partitions of
+// warmTopic it holds warm (when warm is set, see PreferWarm).
 type advertising struct {
 	sarama.BalanceStrategy
-	addr string
-	mu   sync.Mutex
-	last []byte // the user data of the member's last assignment
+	addr      string
+	warmTopic string
+	warm      func() []int32
+	mu        sync.Mutex
+	last      []byte // the user data of the member's last assignment
+}
+
+// clone is a copy of a sharing its wrapped strategy (and not its mutex).
+func (a *advertising) clone() *advertising {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &advertising{BalanceStrategy: a.BalanceStrategy, addr: a.addr, warmTopic: a.warmTopic, warm: a.warm, last: a.last}
 }
 
 var (
@@ -69,8 +88,8 @@ func (a *advertising) OnAssignment(m *sarama.ConsumerGroupMemberAssignment, gene
 }
 
 // SubscriptionUserData is the last assignment's user data with the address
-// added (a fresh member's: no partitions, generation -1, the sticky
-// strategy's "no generation").
+// and the warm partitions added (a fresh member's: no partitions,
+// generation -1, the sticky strategy's "no generation").
 func (a *advertising) SubscriptionUserData(topics []string) ([]byte, error) {
 	a.mu.Lock()
 	last := a.last
@@ -84,11 +103,18 @@ func (a *advertising) SubscriptionUserData(topics []string) ([]byte, error) {
 		}
 	}
 	for t := range d.Topics {
-		if strings.HasPrefix(t, advertiseTopicPrefix) {
+		if strings.HasPrefix(t, advertiseTopicPrefix) || strings.HasPrefix(t, warmTopicPrefix) {
 			delete(d.Topics, t)
 		}
 	}
-	d.Topics[advertiseTopicPrefix+a.addr] = nil
+	if a.addr != "" {
+		d.Topics[advertiseTopicPrefix+a.addr] = nil
+	}
+	if a.warm != nil {
+		if e := warmEntry(a.warmTopic, a.warm()); e != "" {
+			d.Topics[e] = nil
+		}
+	}
 	return d.encode(), nil
 }
 

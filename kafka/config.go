@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/differential-dev/differential/chain"
 	metrics "github.com/rcrowley/go-metrics"
 )
 
@@ -116,6 +118,19 @@ type Config struct {
 	// false for a stop that is a restart (a rolling upgrade), true for one
 	// that is not (a scale-in, a spot termination).
 	LeaveOnStop bool
+	// StandbyReplicas is how many members besides a partition's owner keep
+	// a warm copy of its state (a chain with a changelog only): each
+	// tails the partition's changelog into its local store up to the
+	// group's committed changelog offset, and advertises what it holds
+	// warm, so that when the partition moves the assignment prefers a
+	// member holding it and its restore reads only the tail. Which members
+	// hold a partition is a function of the group's membership (rendezvous
+	// hashing of the members' instance ids, member ids without one), so
+	// every member decides alike without coordination. Default 0: none.
+	StandbyReplicas int
+	// StandbyInterval is how often a member brings its standbys up to the
+	// group's latest commit. Default DefaultStandbyInterval.
+	StandbyInterval time.Duration
 	// Hooks observe the member's partitions come and go. Default: none.
 	Hooks Hooks
 }
@@ -130,6 +145,9 @@ type Hooks struct {
 	// Released is called when the partition's chain has returned — after
 	// its final commit — with RunPartition's error (nil: clean stop).
 	Released func(topic string, partition int32, err error)
+	// Standby is called after each catch-up of a partition this member
+	// stands by for (Config.StandbyReplicas), on the standbys' goroutine.
+	Standby func(topic string, partition int32, st chain.StandbyStats)
 }
 
 // Kafka's rule for topic names (kafka.common.internals.Topic), which is
@@ -182,6 +200,10 @@ func (c *Config) validateFields() error {
 		return fmt.Errorf("kafka: Config.FetchBatch must be >= 0, got %d", c.FetchBatch)
 	case c.MetadataRefresh < 0:
 		return fmt.Errorf("kafka: Config.MetadataRefresh must be >= 0, got %v", c.MetadataRefresh)
+	case c.StandbyReplicas < 0:
+		return fmt.Errorf("kafka: Config.StandbyReplicas must be >= 0, got %d", c.StandbyReplicas)
+	case c.StandbyInterval < 0:
+		return fmt.Errorf("kafka: Config.StandbyInterval must be >= 0, got %v", c.StandbyInterval)
 	}
 	if c.InstanceID != "" {
 		if err := ValidateInstanceID(c.InstanceID); err != nil {

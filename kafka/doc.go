@@ -136,6 +136,22 @@
 // timeout, which then rebalances nothing) unless Config.LeaveOnStop, which
 // removes it by its instance id.
 //
+// # Standby replicas
+//
+// With Config.StandbyReplicas a Run also keeps warm copies of partitions it
+// does not own (DESIGN.md "Standby replicas"): every Config.StandbyInterval
+// it describes the group on the commit client (DescribeGroups), works out
+// the partitions it stands by for (rendezvous hashing of the members' keys,
+// the owner excluded: every member computes the same placement), fetches
+// their committed offsets and metadata, and catches each up to the
+// committed changelog offset (chain.Standby, reading with the changelog's
+// reader). Its subscriptions advertise the partitions it holds warm
+// (PreferWarm, a fake entry of the sticky strategy's user data), and a
+// leader that wraps its strategy so swaps moved partitions between members
+// until each lands on a member holding it warm where the counts allow.
+// Nothing here can fail the Run: a failed round is logged and the next one
+// tries again; a standby only makes a later restore shorter.
+//
 // # Guarantees
 //
 //   - A clean rebalance or stop repeats nothing and loses nothing: every

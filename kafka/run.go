@@ -46,6 +46,15 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 	log := cfg.logger().With("group", cfg.Group, "topic", cfg.Topic)
 	warnInsecure(log, cc.group)
 	r := &runner{ch: ch, cfg: &cfg, log: log}
+	var sb *standbys
+	if cfg.StandbyReplicas > 0 {
+		if !ch.FollowsChangelog() {
+			return errors.New("kafka: Config.StandbyReplicas needs a chain whose state follows a changelog (chain.WithChangelog and a store)")
+		}
+		sb = newStandbys(r)
+		gs := cc.group.Consumer.Group.Rebalance.GroupStrategies
+		gs[0] = PreferWarm(gs[0], cfg.Topic, sb.warmSet)
+	}
 
 	// The commit client comes first: it also checks that the topic exists.
 	commitClient, err := sarama.NewClient(cfg.Brokers, cc.commit)
@@ -104,6 +113,17 @@ func Run(ctx context.Context, ch *chain.Chain, cfg Config) error {
 			r.leaveStatic(id)
 		}
 	}()
+
+	if sb != nil {
+		// Runs first among the defers: the standbys close before the
+		// clients and the store they use.
+		var standing sync.WaitGroup
+		standing.Go(func() { sb.run(runCtx) })
+		defer func() {
+			cancel(nil)
+			standing.Wait()
+		}()
+	}
 
 	err = r.consume(runCtx, group)
 	if fatal := r.fatal(); fatal != nil {

@@ -169,7 +169,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 	}
 	log.Info("differential run starting", "brokers", o.brokers, "topic", o.topic, "group", o.group,
 		"output", o.output, "dlq", o.dlq, "state_dir", o.stateDir, "changelog", changelog, "guarantee", o.guarantee,
-		"assignor", o.assignor, "instance_id", o.instanceID, "key_concurrency", o.keyConcurrency, "gate", o.gate)
+		"assignor", o.assignor, "instance_id", o.instanceID, "standby_replicas", o.standbys, "key_concurrency", o.keyConcurrency, "gate", o.gate)
 	if o.velocity.window > 0 {
 		log.Info("velocity stage on: click -> velocity -> install -> purchase", "settings", o.velocity.describe(),
 			"alerts", o.velocity.alertsTopic(o.output))
@@ -179,7 +179,7 @@ func (o *runOptions) execute(ctx context.Context, e *env) error {
 		Sarama: sc, Security: o.security, Logger: log, Registry: reg, Strategy: kafka.Advertise(o.strategy(), advertised),
 		RebalanceTimeout: rebalanceTimeout(o.shutdown),
 		SessionTimeout:   o.sessionTimeout, HeartbeatInterval: o.heartbeat,
-		InstanceID: o.instanceID, LeaveOnStop: o.leaveOnStop,
+		InstanceID: o.instanceID, LeaveOnStop: o.leaveOnStop, StandbyReplicas: o.standbys,
 		MetadataRefresh: o.metaRefresh,
 		// /healthz calls a partition stalled when its leader has not
 		// answered for --stall-timeout: probe often enough that an idle

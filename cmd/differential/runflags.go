@@ -33,6 +33,7 @@ type runOptions struct {
 	txnID          string
 	instanceID     string        // --instance-id: static membership
 	leaveOnStop    bool          // --leave-on-stop: a static member leaves when it stops
+	standbys       int           // --standby-replicas: warm copies of each partition's state on other members
 	sessionTimeout time.Duration // --session-timeout
 	heartbeat      time.Duration // --heartbeat-interval
 	assignor       string
@@ -127,6 +128,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.Var(durationValue{&o.txnTimeout}, "transaction-timeout", "exactly-once: the `duration` after which the brokers abort a transaction left open (a crashed process's); above --commit-interval, below --session-timeout")
 	fs.StringVar(&o.txnID, "transactional-id", o.txnID, "exactly-once: the producer's transactional `id` (default <group>.<--instance-id>, or <group>.<instance id kept in --state-dir> without one); two live processes must never share one")
 	fs.StringVar(&o.instanceID, "instance-id", o.instanceID, "static group membership (Kafka's group.instance.id): this process's `id`, unique in the group and the same across its restarts; a restart within --session-timeout gets its partitions back without a rebalance. Empty: a dynamic member")
+	fs.IntVar(&o.standbys, "standby-replicas", o.standbys, "how many members besides a partition's owner keep a warm copy of its state, by tailing its changelog into their --state-dir; a partition that moves goes to a member holding it warm when the balance allows, and restores only what was committed since. Needs --changelog. 0: none")
 	fs.BoolVar(&o.leaveOnStop, "leave-on-stop", o.leaveOnStop, "with --instance-id: leave the group on a clean stop (SIGTERM) so the partitions move at once; false: the group keeps them for a restart within --session-timeout (a dynamic member always leaves)")
 	fs.Var(durationValue{&o.sessionTimeout}, "session-timeout", "the `duration` after which the group removes a member it has not heard from (a killed or frozen process, a static member that stopped) and moves its partitions; within the brokers' group.min/max.session.timeout.ms")
 	fs.Var(durationValue{&o.heartbeat}, "heartbeat-interval", "how often the member heartbeats, which is also how soon it learns of a rebalance (a member that left, one that joined): a `duration` below --session-timeout")
@@ -246,6 +248,10 @@ func (o *runOptions) validate() error {
 		return usagef("--transaction-timeout (%s) must exceed --commit-interval (%s): a transaction stays open for a commit interval", o.txnTimeout, o.commitInterval)
 	case !o.exactlyOnce() && o.txnID != "":
 		return usagef("--transactional-id is for --guarantee exactly-once")
+	case o.standbys < 0:
+		return usagef("--standby-replicas must be >= 0, got %d", o.standbys)
+	case o.standbys > 0 && !o.changelog:
+		return usagef("--standby-replicas needs --changelog (a standby tails the partition's changelog)")
 	case o.leaveOnStop && o.instanceID == "":
 		return usagef("--leave-on-stop is for a static member (--instance-id): a dynamic member always leaves on a clean stop")
 	case o.sessionTimeout <= 0:

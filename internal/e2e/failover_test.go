@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -410,4 +411,149 @@ func failoverRun(t *testing.T, bin, assignor string, static bool) []gap {
 	f.b.WaitStable(t, f.dlq)
 	f.verify(t)
 	return gaps
+}
+
+// TestStandbyFailoverGap is the standby benchmark: two `differential run`
+// processes (exactly-once, the defaults' 10 s session timeout) over a
+// two-partition input whose backlog gives each partition a large state,
+// then a streaming input; the owner of one partition is SIGKILLed, and the
+// gap is measured from the kill until the partition's outputs resume at
+// the other member — without standbys (the survivor restores the whole
+// state from the changelog) and with --standby-replicas 1 (it holds the
+// state warm and restores the tail). The outputs are the model's, each
+// exactly once. Opt-in (DIFFERENTIAL_FLEET_BENCH=1, a real broker);
+// DIFFERENTIAL_STANDBY_BENCH_RECORDS sets the backlog (default 1,000,000
+// records).
+func TestStandbyFailoverGap(t *testing.T) {
+	if os.Getenv("DIFFERENTIAL_FLEET_BENCH") == "" || os.Getenv("DIFFERENTIAL_TEST_BROKERS") == "" {
+		t.Skip("the standby benchmark: set DIFFERENTIAL_FLEET_BENCH=1 and DIFFERENTIAL_TEST_BROKERS (a real broker; docs/testing.md)")
+	}
+	records := 1_000_000
+	if v := os.Getenv("DIFFERENTIAL_STANDBY_BENCH_RECORDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "DIFFERENTIAL_STANDBY_BENCH_RECORDS")
+		records = n
+	}
+	bin := buildCLI(t)
+	var table strings.Builder
+	table.WriteString("| standbys | changelog records the restore read | restore | partition started after | outputs resumed after |\n|---|---:|---:|---:|---:|\n")
+	for _, standbys := range []int{0, 1} {
+		t.Run(fmt.Sprintf("standbys=%d", standbys), func(t *testing.T) {
+			g, restored, took := standbyRun(t, bin, records, standbys)
+			fmt.Fprintf(&table, "| %d | %d | %.1f s | %.1f s | %.1f s |\n", standbys, restored, took.Seconds(),
+				g.started.Seconds(), g.resumed.Seconds())
+		})
+	}
+	t.Logf("SIGKILL failover, %d records of backlog:\n%s", records, table.String())
+}
+
+// standbyRun is one cell of TestStandbyFailoverGap: the gap, and the
+// changelog records the survivor's restore of the moved partition read and
+// how long it took (from its "partition state restored" line).
+func standbyRun(t *testing.T, bin string, records, standbys int) (gap, int64, time.Duration) {
+	const partitions = 2
+	f := newFleet(t, bin, "standby", partitions, "sticky", true, "--standby-replicas", strconv.Itoa(standbys))
+	wc := f.workload(records+200_000, records/10, 67)
+	// Uniform users: the model's install rule scans a user's clicks, so a
+	// Zipf-hot user of a million-record log makes it quadratic.
+	wc.ZipfS = 0
+	f.cfg.IdleTimeout = 10 * time.Minute
+	recs := workload.Generate(wc)
+	backlog, live := recs[:records], recs[records:]
+
+	tr := newTracker()
+	type restore struct {
+		m       *member
+		records int64
+		seconds float64
+	}
+	var mu sync.Mutex
+	restores := map[int32][]restore{}
+	warm := map[*member]map[int32]bool{}
+	changed := make(chan struct{}, 1)
+	f.onLine = func(m *member, line string, at time.Time) {
+		tr.line(m, line, at)
+		var l struct {
+			Msg       string
+			Partition *int32
+			Records   int64
+			Seconds   float64
+		}
+		if !strings.Contains(line, `"msg":"partition state restored"`) && !strings.Contains(line, `"msg":"standby warm"`) {
+			return
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Partition == nil {
+			return
+		}
+		mu.Lock()
+		if l.Msg == "standby warm" {
+			if warm[m] == nil {
+				warm[m] = map[int32]bool{}
+			}
+			warm[m][*l.Partition] = true
+		} else {
+			restores[*l.Partition] = append(restores[*l.Partition], restore{m, l.Records, l.Seconds})
+		}
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	watchOutputs(t, ctx, f, tr)
+
+	for i := 0; i < len(backlog); i += 50_000 {
+		f.produce(t, backlog[i:min(i+50_000, len(backlog))])
+	}
+	a := f.start(t, "a")
+	b := f.start(t, "b")
+	f.waitStarted(t, a)
+	f.waitStarted(t, b)
+	f.waitCovered(t, 300, "the backlog")
+	stop := stream(t, f, live, 1000)
+	tr.settle(t, partitions, time.Now())
+	victim, survivor := a, b
+	if len(tr.ownedBy(a)) != 1 {
+		t.Fatalf("a runs %v, want one partition of two", tr.ownedBy(a))
+	}
+	moved := tr.ownedBy(victim)
+	if standbys > 0 {
+		// The survivor holds the victim's partition warm before the kill.
+		deadline := time.After(5 * time.Minute)
+		for {
+			mu.Lock()
+			ok := warm[survivor][moved[0]]
+			mu.Unlock()
+			if ok {
+				break
+			}
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("b never held partition %d warm\n%s", moved[0], survivor.logs.String())
+			}
+		}
+	}
+	at := time.Now()
+	f.kill(t, victim)
+	g := tr.await(t, f, "SIGKILL", victim, at, moved, 3*time.Minute)
+
+	sent := stop()
+	t.Logf("streamed %d records at 1000/s after a backlog of %d", sent, len(backlog))
+	f.sentinels(t)
+	f.waitCovered(t, 0, "everything")
+	f.stop(t, survivor)
+	f.b.WaitStable(t, f.out)
+	f.b.WaitStable(t, f.dlq)
+	f.verify(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	rs := restores[moved[0]]
+	require.NotEmpty(t, rs)
+	last := rs[len(rs)-1]
+	require.Equal(t, survivor, last.m, "the survivor restored the moved partition")
+	return g, last.records, time.Duration(last.seconds * float64(time.Second))
 }
