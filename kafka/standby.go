@@ -12,9 +12,15 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
 
 	"github.com/differential-dev/differential/chain"
 )
+
+// The standby metrics, in Config.Registry: StandbyMetricPrefix + "warm"
+// (gauge: partitions held warm), + "records" (counter: changelog records
+// applied), + "errors" (counter: failed catch-ups).
+const StandbyMetricPrefix = "differential.standby."
 
 // DefaultStandbyInterval is how often a member brings its standbys up to
 // the group's latest commit (Config.StandbyInterval).
@@ -37,6 +43,9 @@ type standbys struct {
 	// open is touched by the loop's goroutine only.
 	open map[int32]*chain.Standby
 
+	warmGauge         metrics.Gauge
+	records, failures metrics.Counter
+
 	mu   sync.Mutex
 	warm []int32 // sorted
 }
@@ -46,8 +55,16 @@ func newStandbys(r *runner) *standbys {
 	if iv <= 0 {
 		iv = DefaultStandbyInterval
 	}
+	reg := r.cfg.Registry
+	if reg == nil {
+		reg = metrics.NewRegistry() // counted, not exported
+	}
 	return &standbys{r: r, replicas: r.cfg.StandbyReplicas, interval: iv, log: r.log.With("standby", true),
-		open: map[int32]*chain.Standby{}}
+		open:      map[int32]*chain.Standby{},
+		warmGauge: metrics.GetOrRegisterGauge(StandbyMetricPrefix+"warm", reg),
+		records:   metrics.GetOrRegisterCounter(StandbyMetricPrefix+"records", reg),
+		failures:  metrics.GetOrRegisterCounter(StandbyMetricPrefix+"errors", reg),
+	}
 }
 
 // warmSet is what the member advertises: the partitions it holds warm.
@@ -92,6 +109,7 @@ func (s *standbys) setWarm(ps []int32) {
 	s.mu.Lock()
 	s.warm = ps
 	s.mu.Unlock()
+	s.warmGauge.Update(int64(len(ps)))
 }
 
 // round is one pass: placement, then a catch-up of every standby. Errors
@@ -160,13 +178,17 @@ func (s *standbys) round(ctx context.Context) {
 			s.log.Info("standing by for the partition", "partition", p)
 		}
 		c := offs[p]
-		st, err := sb.CatchUp(rctx, c.offset, c.metadata)
+		// The run's context, not the round's: a first catch-up of a large
+		// state may take minutes, and its batches count as they land.
+		st, err := sb.CatchUp(ctx, c.offset, c.metadata)
+		s.records.Inc(st.Records)
 		switch {
 		case errors.Is(err, chain.ErrStandbyClosed):
 			delete(s.open, p) // the partition runs here now
 			continue
 		case err != nil:
 			if ctx.Err() == nil {
+				s.failures.Inc(1)
 				s.log.Warn("catching a standby up", "partition", p, "err", err)
 			}
 			continue

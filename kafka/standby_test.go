@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	metrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/differential-dev/differential/chain"
 	"github.com/differential-dev/differential/commit"
 	"github.com/differential-dev/differential/internal/testbroker"
+	"github.com/differential-dev/differential/kafka"
 	"github.com/differential-dev/differential/store"
 )
 
@@ -26,6 +28,7 @@ type standbyMember struct {
 	m    *member
 	mu   sync.Mutex
 	warm map[int32]int64 // partition -> committed changelog offset caught up to
+	reg  metrics.Registry
 }
 
 // signals is an Observer that signals every advance and commit.
@@ -63,8 +66,9 @@ func TestStandbyTakesOverWithTheTailOnly(t *testing.T) {
 		return pc.State().Set(fmt.Appendf(nil, "%d", e.Offset), e.Value, time.Time{})
 	})
 	start := func() *standbyMember {
-		sm := &standbyMember{st: store.NewMemory(), warm: map[int32]int64{}}
+		sm := &standbyMember{st: store.NewMemory(), warm: map[int32]int64{}, reg: metrics.NewRegistry()}
 		cfg := groupConfig(b, topic, group, t)
+		cfg.Registry = sm.reg
 		cfg.StandbyReplicas, cfg.StandbyInterval = 1, 50*time.Millisecond
 		cfg.Hooks.Standby = func(_ string, p int32, st chain.StandbyStats) {
 			sm.mu.Lock()
@@ -127,6 +131,8 @@ func TestStandbyTakesOverWithTheTailOnly(t *testing.T) {
 		}
 	}
 
+	standbyRecords := metrics.GetOrRegisterCounter(kafka.StandbyMetricPrefix+"records", bm.reg).Count()
+	assert.Positive(t, standbyRecords, "b's standbys applied a's changelog")
 	err, _ = a.m.stop(t)
 	require.NoError(t, err)
 	final := committedChangelog()

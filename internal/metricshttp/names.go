@@ -25,7 +25,15 @@ const (
 	partitionPrefix = "differential.partition."
 	txnPrefix       = "differential.txn."
 	windowPrefix    = "differential.window."
+	standbyPrefix   = "differential.standby."
 )
+
+// standbyHelp is the HELP text of the standby series.
+var standbyHelp = map[string]string{
+	"warm":    "Partitions this member holds warm for other members (standby replicas whose last catch-up succeeded).",
+	"records": "Changelog records the member's standby replicas applied to its local state.",
+	"errors":  "Standby catch-ups that failed (retried at the next round).",
+}
 
 // monotone lists the engine metrics that only grow during a partition's run
 // (they restart at zero when the partition is assigned again, which
@@ -75,6 +83,11 @@ func seriesName(name string, topics map[string]string) series {
 			return series{base: "differential_window_" + sanitize(metric), labels: []label{{"window", rest[:i]}},
 				monotone: metric == "counted" || metric == "late", help: windowHelp[metric]}
 		}
+	case strings.HasPrefix(name, standbyPrefix):
+		// kafka's standby replicas (kafka.StandbyMetricPrefix).
+		rest := name[len(standbyPrefix):]
+		return series{base: "differential_standby_" + sanitize(rest), monotone: rest == "records" || rest == "errors",
+			help: standbyHelp[rest]}
 	case name == "differential.velocity.alerts":
 		return series{base: "differential_velocity_alerts", monotone: true,
 			help: "Click-velocity alerts the velocity stage emitted."}

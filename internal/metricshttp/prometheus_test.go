@@ -41,6 +41,9 @@ func TestSeriesOf(t *testing.T) {
 		{"differential.window.velocity.counted", "differential_window_counted", []label{{"window", "velocity"}}, true, 1},
 		{"differential.window.velocity.state_bytes", "differential_window_state_bytes", []label{{"window", "velocity"}}, false, 1},
 		{"differential.velocity.alerts", "differential_velocity_alerts", nil, true, 1},
+		{"differential.standby.warm", "differential_standby_warm", nil, false, 1},
+		{"differential.standby.records", "differential_standby_records", nil, true, 1},
+		{"differential.standby.errors", "differential_standby_errors", nil, true, 1},
 		// Not the engine's layout: exported under a sanitized name.
 		{"differential.stage.events.x.click.position", "differential_stage_events_x_click_position", nil, false, 1},
 		{"request-latency-in-ms-for-broker-1", "sarama_request_latency_seconds", []label{{"broker", "1"}}, false, 1e-3},
