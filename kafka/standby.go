@@ -40,8 +40,11 @@ type standbys struct {
 	interval time.Duration
 	log      *slog.Logger
 
-	// open is touched by the loop's goroutine only.
-	open map[int32]*chain.Standby
+	// open and failed are touched by the loop's goroutine only; failed
+	// holds the last error of a partition's catch-up, so that one that
+	// fails every round is logged as a warning once, not every second.
+	open   map[int32]*chain.Standby
+	failed map[int32]string
 
 	warmGauge         metrics.Gauge
 	records, failures metrics.Counter
@@ -61,6 +64,7 @@ func newStandbys(r *runner) *standbys {
 	}
 	return &standbys{r: r, replicas: r.cfg.StandbyReplicas, interval: iv, log: r.log.With("standby", true),
 		open:      map[int32]*chain.Standby{},
+		failed:    map[int32]string{},
 		warmGauge: metrics.GetOrRegisterGauge(StandbyMetricPrefix+"warm", reg),
 		records:   metrics.GetOrRegisterCounter(StandbyMetricPrefix+"records", reg),
 		failures:  metrics.GetOrRegisterCounter(StandbyMetricPrefix+"errors", reg),
@@ -102,6 +106,7 @@ func (s *standbys) close(p int32, sb *chain.Standby) {
 		s.log.Warn("closing a standby", "partition", p, "err", err)
 	}
 	delete(s.open, p)
+	delete(s.failed, p)
 }
 
 func (s *standbys) setWarm(ps []int32) {
@@ -189,10 +194,16 @@ func (s *standbys) round(ctx context.Context) {
 		case err != nil:
 			if ctx.Err() == nil {
 				s.failures.Inc(1)
-				s.log.Warn("catching a standby up", "partition", p, "err", err)
+				level := slog.LevelWarn
+				if s.failed[p] == err.Error() {
+					level = slog.LevelDebug
+				}
+				s.failed[p] = err.Error()
+				s.log.Log(ctx, level, "catching a standby up", "partition", p, "err", err)
 			}
 			continue
 		}
+		delete(s.failed, p) // and "standby warm" below says it is back
 		switch {
 		case !slices.Contains(s.warm, p):
 			s.log.Info("standby warm", "partition", p, "changelog_offset", st.Committed, "from", st.From,
