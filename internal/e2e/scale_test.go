@@ -244,7 +244,8 @@ type scaleRow struct {
 // exactly once, and every partition's committed offset is at its log end.
 // Opt-in (DIFFERENTIAL_SCALE_BENCH=1, a real broker); the counts are
 // DIFFERENTIAL_SCALE_PARTITIONS (default 8,64,256,1024), the records
-// DIFFERENTIAL_SCALE_RECORDS (default 200000).
+// DIFFERENTIAL_SCALE_RECORDS (default 200000); DIFFERENTIAL_SCALE_FLAGS adds
+// flags to both processes (say "--standby-replicas 1"), split at spaces.
 func TestPartitionScale(t *testing.T) {
 	if os.Getenv("DIFFERENTIAL_SCALE_BENCH") == "" || os.Getenv("DIFFERENTIAL_TEST_BROKERS") == "" {
 		t.Skip("the partition-count benchmark: set DIFFERENTIAL_SCALE_BENCH=1 and DIFFERENTIAL_TEST_BROKERS (a real broker; docs/testing.md)")
@@ -304,7 +305,8 @@ func TestPartitionScale(t *testing.T) {
 }
 
 func scaleRun(t *testing.T, bin string, partitions, records int) scaleRow {
-	f := newFleet(t, bin, "scale", partitions, "sticky", true, "--commit-interval", "1s", "--buffer-budget", "1572864")
+	f := newFleet(t, bin, "scale", partitions, "sticky", true, append([]string{"--commit-interval", "1s", "--buffer-budget", "1572864"},
+		strings.Fields(os.Getenv("DIFFERENTIAL_SCALE_FLAGS"))...)...)
 	wc := f.workload(records, workload.DefaultConfig().Users, 71)
 	f.cfg.IdleTimeout = 10 * time.Minute
 	recs := workload.Generate(wc)
