@@ -71,6 +71,22 @@ type StandbyStats struct {
 // partitions through a changelog (WithChangelog), which standbys need.
 func (c *Chain) FollowsChangelog() bool { return c.cfg.changelog != nil && c.cfg.store != nil }
 
+// Starting reports whether a partition this chain was given has not
+// started its stages yet (it is opening its state or restoring it): a
+// standby's catch-up can wait, the partition's own restore should not
+// share the cores with it.
+func (c *Chain) Starting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.mu.claimed {
+		p := c.mu.parts[k]
+		if p == nil || p.c.cfg.changelog != nil && p.restored.phase.Load() != phaseDone {
+			return true
+		}
+	}
+	return false
+}
+
 // OpenStandby opens a standby of a partition that this chain does not run.
 // The chain needs a changelog (WithChangelog) and a store.
 func (c *Chain) OpenStandby(topic string, partition int32) (*Standby, error) {

@@ -125,6 +125,7 @@ func TestRunPartitionTakesTheStandbyOver(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sb.CatchUp(t.Context(), c.Offset, c.Metadata)
 		require.NoError(t, err)
+		assert.False(t, b.Starting(), "nothing claimed")
 
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -133,6 +134,7 @@ func TestRunPartitionTakesTheStandbyOver(t *testing.T) {
 				Metadata: c.Metadata, Source: standbySource{}, Committer: nopCommitter{}})
 		}()
 		synctest.Wait()
+		assert.False(t, b.Starting(), "the partition's stages run")
 		_, err = sb.CatchUp(t.Context(), c.Offset, c.Metadata)
 		require.ErrorIs(t, err, chain.ErrStandbyClosed, "the running partition closed it")
 		_, err = b.OpenStandby(chaintest.Topic, 0)

@@ -145,7 +145,8 @@
 // the owner excluded: every member computes the same placement), fetches
 // their committed offsets and metadata, and catches each up to the
 // committed changelog offset (chain.Standby, reading with the changelog's
-// reader). Its subscriptions advertise the partitions it holds warm
+// reader) — unless a partition of its own is still starting
+// (chain.Chain.Starting), which goes first. Its subscriptions advertise the partitions it holds warm
 // (PreferWarm, a fake entry of the sticky strategy's user data), and a
 // leader that wraps its strategy so swaps moved partitions between members
 // until each lands on a member holding it warm where the counts allow.

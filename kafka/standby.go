@@ -125,8 +125,10 @@ func (s *standbys) round(ctx context.Context) {
 	r.mu.Lock()
 	me := r.memberID
 	r.mu.Unlock()
-	if me == "" {
-		return // not in a session yet
+	if me == "" || r.ch.Starting() {
+		// Not in a session yet, or the member's own partitions are
+		// restoring: they come first.
+		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, max(s.interval*5, 10*time.Second))
 	defer cancel()
