@@ -26,10 +26,13 @@ const envSoak = "DIFFERENTIAL_SOAK"
 // many installs wait in the key gate while later records complete.
 const soakLateness = 6 * time.Hour
 
-// soakIdle is the members' --idle-timeout: an idle release is decided over
-// the log (a gap between two records' timestamps longer than it), so the
-// model needs the same one; the generator's records are minutes apart.
-const soakIdle = 10 * time.Minute
+// soakIdle is the members' --idle-timeout, and the model's: longer than
+// any gap between the generator's records' timestamps (minutes to hours)
+// and than the time from the last one to now, so that no build releases a
+// follower early — neither this one, which decides over the log, nor an
+// older one that decided by the wall clock — and an old binary's outputs
+// are comparable with the model's. The sentinels end every soak.
+const soakIdle = 60 * 24 * time.Hour
 
 // newSoakFleet is testFleet's set-up with a late-heavy workload and
 // --lateness soakLateness.
