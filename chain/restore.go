@@ -396,16 +396,26 @@ func (p *partitionRun) seed(ctx context.Context, off int64) (int64, error) {
 // openChangelog binds the partition to its changelog; the restore runs in
 // run.
 func (p *partitionRun) openChangelog(a Assignment) error {
-	cs, ok := p.ps.(ChangelogStore)
-	if !ok {
-		return fmt.Errorf("the store's partitions (%T) cannot follow a changelog: they do not implement chain.ChangelogStore", p.ps)
-	}
-	clp, err := p.c.cfg.changelog.Partition(a.Topic, a.Partition)
+	cs, clp, err := p.c.followChangelog(p.ps, a.Topic, a.Partition)
 	if err != nil {
-		return fmt.Errorf("open changelog: %w", err)
+		return err
 	}
 	p.cs, p.clp, p.assigned = cs, clp, a
 	return nil
+}
+
+// followChangelog is ps as a ChangelogStore and the changelog of its
+// partition, for a running partition and a standby alike.
+func (c *Chain) followChangelog(ps PartitionStore, topic string, partition int32) (ChangelogStore, ChangelogPartition, error) {
+	cs, ok := ps.(ChangelogStore)
+	if !ok {
+		return nil, nil, fmt.Errorf("the store's partitions (%T) cannot follow a changelog: they do not implement chain.ChangelogStore", ps)
+	}
+	clp, err := c.cfg.changelog.Partition(topic, partition)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open changelog: %w", err)
+	}
+	return cs, clp, nil
 }
 
 // persistWithChangelog is a checkpoint's store half with a changelog: the

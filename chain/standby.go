@@ -80,7 +80,7 @@ func (c *Chain) Starting() bool {
 	defer c.mu.Unlock()
 	for k := range c.mu.claimed {
 		p := c.mu.parts[k]
-		if p == nil || p.c.cfg.changelog != nil && p.restored.phase.Load() != phaseDone {
+		if p == nil || c.cfg.changelog != nil && p.restored.phase.Load() != phaseDone {
 			return true
 		}
 	}
@@ -112,13 +112,7 @@ func (c *Chain) OpenStandby(topic string, partition int32) (*Standby, error) {
 	ps, err := c.cfg.store.OpenPartition(topic, partition, c.names)
 	if err == nil {
 		s.ps = ps
-		var ok bool
-		if s.cs, ok = ps.(ChangelogStore); !ok {
-			err = fmt.Errorf("the store's partitions (%T) cannot follow a changelog: they do not implement chain.ChangelogStore", ps)
-		}
-	}
-	if err == nil {
-		s.clp, err = c.cfg.changelog.Partition(topic, partition)
+		s.cs, s.clp, err = c.followChangelog(ps, topic, partition)
 	}
 	s.serial.Unlock()
 	if err != nil {
@@ -132,10 +126,10 @@ func (c *Chain) OpenStandby(topic string, partition int32) (*Standby, error) {
 // commit (committed offset and its metadata, as the partition's next owner
 // would read them) names. A cancelled ctx, or the partition starting here,
 // stops it; what it applied stays and the next CatchUp goes on from there.
-func (s *Standby) CatchUp(ctx context.Context, committed int64, metadata string) (StandbyStats, error) {
+func (s *Standby) CatchUp(ctx context.Context, committed int64, metadata string) (st StandbyStats, err error) {
 	s.serial.Lock()
 	defer s.serial.Unlock()
-	st := StandbyStats{Committed: -1}
+	st.Committed = -1
 	start := time.Now()
 	defer func() { st.Duration = time.Since(start) }()
 	ctx, cancel := context.WithCancel(ctx)

@@ -224,18 +224,9 @@ func GroupOwners(ctx context.Context, admin sarama.ClusterAdmin, group, topic st
 			if d.State != "Stable" {
 				continue
 			}
-			for _, m := range d.Members {
-				meta, err := m.GetMemberMetadata()
-				if err != nil || meta == nil {
-					continue
-				}
-				addr := advertisedAddr(meta.UserData)
-				asg, err := m.GetMemberAssignment()
-				if err != nil || asg == nil {
-					continue
-				}
-				for _, p := range asg.Topics[topic] {
-					owners[p] = addr
+			for _, m := range groupMembers(d) {
+				for _, p := range m.Owned[topic] {
+					owners[p] = m.Addr
 				}
 			}
 		}

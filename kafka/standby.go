@@ -242,7 +242,28 @@ type groupView struct {
 type groupMember struct {
 	ID    string // member id
 	Key   string // instance id, or the member id without one
+	Addr  string // advertised HTTP address, "" for none (Advertise)
 	Owned map[string][]int32
+}
+
+// groupMembers reads a group description's members: ids, advertised
+// address and assignment (none while the group rebalances).
+func groupMembers(d *sarama.GroupDescription) []groupMember {
+	out := make([]groupMember, 0, len(d.Members))
+	for _, m := range d.Members {
+		gm := groupMember{ID: m.MemberId, Key: m.MemberId}
+		if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
+			gm.Key = *m.GroupInstanceId
+		}
+		if meta, err := m.GetMemberMetadata(); err == nil && meta != nil {
+			gm.Addr = advertisedAddr(meta.UserData)
+		}
+		if a, err := m.GetMemberAssignment(); err == nil && a != nil {
+			gm.Owned = a.Topics
+		}
+		out = append(out, gm)
+	}
+	return out
 }
 
 // describeGroup describes the group on its coordinator (DescribeGroups v4
@@ -266,17 +287,7 @@ func describeGroup(ctx context.Context, o *offsets, group string) (groupView, er
 		if d.Err != sarama.ErrNoError {
 			return d.Err
 		}
-		g = groupView{State: d.State}
-		for _, m := range d.Members {
-			gm := groupMember{ID: m.MemberId, Key: m.MemberId}
-			if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
-				gm.Key = *m.GroupInstanceId
-			}
-			if a, err := m.GetMemberAssignment(); err == nil && a != nil {
-				gm.Owned = a.Topics
-			}
-			g.Members = append(g.Members, gm)
-		}
+		g = groupView{State: d.State, Members: groupMembers(d)}
 		return nil
 	})
 	return g, err
