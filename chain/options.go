@@ -17,8 +17,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // benchmark settings).
 const (
 	DefaultIdleTimeout     = time.Second      // WithIdleTimeout
-	DefaultBufferSize      = 65536            // WithBufferSize
-	DefaultBufferBudget    = 524288           // WithBufferBudget: 8 partitions at DefaultBufferSize
+	DefaultBufferSize      = 8192             // WithBufferSize
 	DefaultBatchSize       = 256              // WithBatchSize, at most the buffer size
 	DefaultInFlight        = 1024             // WithInFlight; also bounds Stage.KeyConcurrency
 	DefaultCommitInterval  = time.Second      // WithCommitInterval
@@ -68,7 +67,6 @@ func defaultConfig() config {
 		lateness:        0,
 		idleTimeout:     DefaultIdleTimeout,
 		bufferSize:      DefaultBufferSize,
-		bufferBudget:    DefaultBufferBudget,
 		batchSize:       DefaultBatchSize,
 		inFlight:        DefaultInFlight,
 		commitInterval:  DefaultCommitInterval,
@@ -197,13 +195,8 @@ func WithIdleTimeout(d time.Duration) Option {
 
 // WithBufferSize sets the per-partition handoff buffer capacity in records.
 // The fetcher waits for the first stage when it holds this many unread
-// records; followers that fall further behind poll Kafka themselves. The
-// buffer starts small and grows only while a follower lags behind the
-// first stage, so a partition whose followers keep up costs little.
-// Default 65536: on a CPU-bound backlog the first stage runs ahead of the
-// stages that do the work, and a follower that polls fetches and decodes
-// its records a second time, which costs more than the buffer's memory.
-// WithBufferBudget bounds the buffers of many partitions together.
+// records; followers that fall further behind poll Kafka themselves.
+// Default 8192.
 func WithBufferSize(n int) Option {
 	return optionFunc(func(c *config) { c.bufferSize = n })
 }
@@ -219,10 +212,7 @@ func WithBufferSize(n int) Option {
 // dropped unread). A follower that falls further behind than its share
 // polls Kafka itself, as with a small WithBufferSize. A slot costs about
 // 220 bytes plus the record's key, value and headers while it holds a
-// record. Default 524288 records (about 115 MB of slots in the worst
-// case): up to 8 partitions get WithBufferSize each, 64 partitions 8,192
-// each, 1,024 partitions the floor. 0: no budget, every partition
-// WithBufferSize.
+// record. 0 (the default): no budget, every partition WithBufferSize.
 func WithBufferBudget(n int) Option {
 	return optionFunc(func(c *config) { c.bufferBudget = n })
 }

@@ -21,5 +21,5 @@ func TestDefaultBatchSizeFollowsASmallBuffer(t *testing.T) {
 	_, err = chain.New(stages, testDecoder, chain.WithBufferSize(32), chain.WithBatchSize(64))
 	require.ErrorContains(t, err, "batch size must be in [1, buffer size 32], got 64")
 	_, err = chain.New(stages, testDecoder, chain.WithBatchSize(0))
-	require.ErrorContains(t, err, "batch size must be in [1, buffer size 65536], got 0")
+	require.ErrorContains(t, err, "batch size must be in [1, buffer size 8192], got 0")
 }

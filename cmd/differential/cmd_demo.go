@@ -78,7 +78,7 @@ func demoCmd(ctx context.Context, args []string, e *env) error {
 	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions of the input and output topics")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.IntVar(&o.keyConcurrency, "key-concurrency", o.keyConcurrency, "records of different keys a stage may process at once")
-	fs.IntVar(&o.bufferBudget, "buffer-budget", chain.DefaultBufferBudget, "handoff buffers of all partitions together, in `records` (0: none); see run --buffer-budget")
+	fs.IntVar(&o.bufferBudget, "buffer-budget", 0, "handoff buffers of all partitions together, in `records` (0: none); see run --buffer-budget")
 	fs.Var(enumValue{&o.gate, gateValues}, "gate", gateUsage)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", o.maxRecordBytes, "decoder limit; the workload's oversized records are this +1 bytes")
 	fs.Var(enumValue{&o.guarantee, []string{guaranteeExactlyOnce, guaranteeAtLeastOnce}}, "guarantee", "delivery guarantee: `exactly-once|at-least-once` (exactly-once: transactions, a changelog, and the outputs read back read_committed)")

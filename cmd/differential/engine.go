@@ -35,7 +35,7 @@ type engineSettings struct {
 // names.
 func defaultEngineSettings() engineSettings {
 	return engineSettings{
-		idleTimeout: chain.DefaultIdleTimeout, buffer: chain.DefaultBufferSize, bufferBudget: chain.DefaultBufferBudget, keyConcurrency: 1, gate: string(chain.GateKey),
+		idleTimeout: chain.DefaultIdleTimeout, buffer: chain.DefaultBufferSize, keyConcurrency: 1, gate: string(chain.GateKey),
 		commitInterval: chain.DefaultCommitInterval, shutdown: chain.DefaultShutdownTimeout,
 		output: "attributions", dlq: "events-dlq",
 	}

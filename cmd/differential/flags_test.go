@@ -36,7 +36,7 @@ func TestBadFlagsAndConfigExitTwo(t *testing.T) {
 		{"bad int", []string{"run", b, "--buffer", "lots"}, `invalid value "lots" for flag --buffer`},
 		{"negative budget", []string{"run", b, "--buffer-budget", "-1"}, "--buffer-budget must be >= 0 records (0: none), got -1"},
 		{"bad duration", []string{"run", b, "--lookback", "7"}, `invalid value "7" for flag --lookback: not a duration`},
-		{"out of range", []string{"run", b, "--offset-distance", "70000"}, "--offset-distance must be >= 0 and smaller than --buffer (65536), got 70000"},
+		{"out of range", []string{"run", b, "--offset-distance", "9000"}, "--offset-distance must be >= 0 and smaller than --buffer (8192), got 9000"},
 		{"zero lookback", []string{"run", b, "--lookback", "0s"}, "--lookback must be > 0"},
 		{"zero metadata refresh", []string{"run", b, "--metadata-refresh", "0s"}, "--metadata-refresh must be between 1s and 24h0m0s, got 0s"},
 		{"absurd metadata refresh", []string{"run", b, "--metadata-refresh", "30d"}, "--metadata-refresh must be between 1s and 24h0m0s, got 720h0m0s"},
