@@ -201,9 +201,13 @@ func BenchmarkWorkloadB1s_ChainKeyConcurrency2(b *testing.B) {
 // 65,536 records per partition instead of chain.DefaultBufferSize, so the
 // followers do not fall out of it on this backlog and poll Kafka
 // themselves: what the fallback's second fetch and decode cost.
-func BenchmarkWorkloadB1s_ChainBuffer65536(b *testing.B) {
-	e := newDefaultsEnv(b, 400_000, 2000)
-	e.h.o.BufferSize = 65536
+func BenchmarkWorkloadB1s_ChainBuffer65536(b *testing.B) { benchChainBuffer(b, 400_000, 65536) }
+
+// benchChainBuffer is the chain of BenchmarkWorkloadB1s_Chain on records
+// input records with a handoff buffer of buffer records per partition.
+func benchChainBuffer(b *testing.B, records, buffer int) {
+	e := newDefaultsEnv(b, records, 2000)
+	e.h.o.BufferSize = buffer
 	e.run(b, kindChain)
 }
 
@@ -213,13 +217,9 @@ func BenchmarkWorkloadB1s_Strongest(b *testing.B) {
 
 // BenchmarkWorkloadB1sLong_Chain and _Strongest: BenchmarkWorkloadB1s_ChainBuffer65536
 // and _Strongest on three times the input (150,000 records per
-// partition), where the chain's CPU per record is higher than on the
-// shorter input and the micro-batch's is not.
-func BenchmarkWorkloadB1sLong_Chain(b *testing.B) {
-	e := newDefaultsEnv(b, 1_200_000, 2000)
-	e.h.o.BufferSize = 65536
-	e.run(b, kindChain)
-}
+// partition), to show how each design's CPU per record changes with the
+// length of the input.
+func BenchmarkWorkloadB1sLong_Chain(b *testing.B) { benchChainBuffer(b, 1_200_000, 65536) }
 
 func BenchmarkWorkloadB1sLong_Strongest(b *testing.B) {
 	newDefaultsEnv(b, 1_200_000, 32_000).run(b, kindStrongest)
