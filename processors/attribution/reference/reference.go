@@ -4,7 +4,8 @@
 //
 // It shares no rule code with package attribution: it validates records
 // with its own code (encoding/json into a map), computes stream times,
-// duplicates and matches with direct loops over the whole log, and never
+// duplicates and matches with direct loops over each user's records (an
+// install's over the clicks in its lookback range), and never
 // evicts. It uses attribution only for the Config, the output formatting
 // (AppendInstall, AppendPurchase), the source header (ParseSource) and the
 // Snapshot types.
@@ -60,12 +61,14 @@ package reference
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -297,6 +300,12 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 			}
 		}
 	}
+	// A user's clicks in event-time order: an install looks only at those
+	// within [t − Lookback, t] (inLookback), so a hot user's long history
+	// costs each of its installs a binary search, not a pass.
+	for _, cs := range clicks {
+		slices.SortStableFunc(cs, func(a, b *rec) int { return a.ev.Time.Compare(b.ev.Time) })
+	}
 	arrival := func(c *rec) time.Time {
 		if c.ev.Time.After(c.s) {
 			return c.ev.Time
@@ -323,7 +332,7 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 		switch x.ev.Type {
 		case attribution.TypeInstall:
 			var win *rec
-			for _, c := range clicks[x.ev.UserID] {
+			for _, c := range inLookback(clicks[x.ev.UserID], t, cfg.Lookback) {
 				ct := c.ev.Time
 				if ct.After(t) ||
 					t.Sub(ct) > cfg.Lookback ||
@@ -346,12 +355,7 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 			res.Installs = append(res.Installs, Output{Partition: partition, Offset: x.off,
 				Key: []byte(x.ev.UserID), Value: attribution.AppendInstall(nil, out)})
 		case attribution.TypePurchase:
-			var win *rec
-			for _, in := range installs[x.ev.UserID] {
-				if in.off < x.off && now.Sub(in.ev.Time) <= cfg.InstallRetention && (win == nil || in.off > win.off) {
-					win = in
-				}
-			}
+			win := latestRetained(installs[x.ev.UserID], x.off, now, cfg.InstallRetention)
 			out := attribution.PurchaseOutput{EventID: x.ev.EventID, UserID: x.ev.UserID, Time: t,
 				Revenue: x.ev.RevenueText, Currency: x.ev.Currency}
 			if win != nil {
@@ -390,6 +394,47 @@ func Run(records []chain.Record, cfg attribution.Config) Result {
 	}
 	res.Final = Usable(all, stream, cfg)
 	return res
+}
+
+// literal, set by a test, makes every match look at all of the user's
+// clicks or installs, as the rules read: the indexed lookups below must
+// find the same.
+var literal bool
+
+// inLookback returns the clicks of cs (in event-time order) with a time in
+// [t − lookback, t]: every click an install at t may credit is one of them.
+func inLookback(cs []*rec, t time.Time, lookback time.Duration) []*rec {
+	if literal {
+		return cs
+	}
+	byTime := func(c *rec, at time.Time) int { return c.ev.Time.Compare(at) }
+	first, _ := slices.BinarySearchFunc(cs, t.Add(-lookback), byTime)
+	end := first
+	for end < len(cs) && !cs[end].ev.Time.After(t) {
+		end++
+	}
+	return cs[first:end]
+}
+
+// latestRetained returns the install of ins (in offset order) with the
+// largest offset below o that is retained at stream time now, or nil.
+func latestRetained(ins []*rec, o int64, now time.Time, retention time.Duration) *rec {
+	if literal {
+		var win *rec
+		for _, in := range ins {
+			if in.off < o && now.Sub(in.ev.Time) <= retention && (win == nil || in.off > win.off) {
+				win = in
+			}
+		}
+		return win
+	}
+	before, _ := slices.BinarySearchFunc(ins, o, func(in *rec, o int64) int { return cmp.Compare(in.off, o) })
+	for i := before - 1; i >= 0; i-- {
+		if now.Sub(ins[i].ev.Time) <= retention {
+			return ins[i]
+		}
+	}
+	return nil
 }
 
 // Usable returns the entries of s that a rule can still use at stream time
