@@ -407,12 +407,9 @@ func inLookback(cs []*rec, t time.Time, lookback time.Duration) []*rec {
 	if literal {
 		return cs
 	}
-	byTime := func(c *rec, at time.Time) int { return c.ev.Time.Compare(at) }
-	first, _ := slices.BinarySearchFunc(cs, t.Add(-lookback), byTime)
-	end := first
-	for end < len(cs) && !cs[end].ev.Time.After(t) {
-		end++
-	}
+	lo := t.Add(-lookback)
+	first := sort.Search(len(cs), func(i int) bool { return !cs[i].ev.Time.Before(lo) })
+	end := sort.Search(len(cs), func(i int) bool { return cs[i].ev.Time.After(t) })
 	return cs[first:end]
 }
 
