@@ -98,6 +98,9 @@ var ErrNoStore = errors.New("chain: no state store configured (use WithStore)")
 type boundState struct {
 	ss     StageState
 	offset int64
+	// asOf is the record's horizon (Context.Horizon); 0: none, the reads
+	// see every write.
+	asOf int64
 	// tc counts the writes of an exactly-once chain's open cycle (nil
 	// otherwise).
 	tc *txnCoordinator
@@ -106,6 +109,9 @@ type boundState struct {
 func (b *boundState) Get(key []byte) ([]byte, bool, error) {
 	if b.ss == nil {
 		return nil, false, ErrNoStore
+	}
+	if b.asOf != 0 {
+		return b.ss.GetAsOf(b.asOf, key)
 	}
 	return b.ss.Get(key)
 }
@@ -134,12 +140,18 @@ func (b *boundState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error 
 	if b.ss == nil {
 		return ErrNoStore
 	}
+	if b.asOf != 0 {
+		return b.ss.ScanAsOf(b.asOf, lo, hi, false, fn)
+	}
 	return b.ss.Scan(lo, hi, fn)
 }
 
 func (b *boundState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
 	if b.ss == nil {
 		return ErrNoStore
+	}
+	if b.asOf != 0 {
+		return b.ss.ScanAsOf(b.asOf, lo, hi, true, fn)
 	}
 	return b.ss.ScanReverse(lo, hi, fn)
 }
@@ -175,7 +187,7 @@ func NewContext(o ContextOptions) *Context {
 		streamTime: o.StreamTime,
 		asOf:       max(o.Horizon, 0),
 		evictWM:    func() time.Time { return wm },
-		st:         boundState{ss: o.State, offset: o.Offset},
+		st:         boundState{ss: o.State, offset: o.Offset, asOf: max(o.Horizon, 0)},
 	}
 }
 
@@ -191,12 +203,20 @@ func EvictBefore(wm time.Time) time.Time {
 	return wm.Add(-time.Nanosecond)
 }
 
+// setHorizon sets the record's horizon (0: none) for Horizon and the
+// state's reads.
+func (c *Context) setHorizon(h int64) {
+	c.asOf = h
+	c.st.asOf = h
+}
+
 // reset prepares a reused Context for the record at offset o.
 func (c *Context) reset(o int64, streamTime time.Time) {
 	c.offset = o
 	c.streamTime = streamTime
 	c.asOf = 0
 	c.st.offset = o
+	c.st.asOf = 0
 	clear(c.out)
 	c.out = c.out[:0]
 }

@@ -30,7 +30,7 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 		ctx = sp.Context(ctx) // the processor's own spans are children of the stage's
 	}
 	pc.reset(ev.Offset, unixTime(stream))
-	pc.asOf = ev.asOf
+	pc.setHorizon(ev.asOf)
 	err := s.st.Processor.Process(ctx, pc, ev)
 	if unbegun {
 		if err == nil && len(pc.out) == 0 && s.work.Err() == nil {
@@ -54,7 +54,7 @@ func (s *stageRun) run(pc *Context, ev *Event, stream int64, kh uint64, unbegun 
 			s.retries.Add(1)
 			attempts++
 			pc.reset(ev.Offset, unixTime(stream))
-			pc.asOf = ev.asOf
+			pc.setHorizon(ev.asOf)
 			return s.st.Processor.Process(ctx, pc, ev)
 		})
 	}

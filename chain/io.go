@@ -120,9 +120,17 @@ type PartitionStore interface {
 	Close() error
 }
 
-// StageState is one stage's access to its partition's state. Reads see all
-// stages' writes, pending or persisted. Writes are tagged with the offset of
-// the record that made them.
+// StageState is one stage's access to its partition's state. Get, Scan and
+// ScanReverse see all stages' writes, pending or persisted. Writes are
+// tagged with the offset of the record that made them.
+//
+// GetAsOf and ScanAsOf read the state as of a horizon h: the writes of
+// earlier stages (a lower index in the chain) made for records at offsets
+// >= h are invisible — the key reads as it did before the first of them —
+// while this stage's and later stages' writes stay visible. A follower
+// reads as of its record's horizon (Context.Horizon), so that what it sees
+// of its leaders is a function of the log, not of how far they had run.
+// h = math.MaxInt64 reads what Get reads.
 //
 // Scan and ScanReverse are ordered range reads: they call fn with every
 // entry whose key is in [lo, hi) (hi nil: no upper bound), in ascending
@@ -137,4 +145,6 @@ type StageState interface {
 	Delete(offset int64, key []byte) error
 	Scan(lo, hi []byte, fn func(key, value []byte) bool) error
 	ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error
+	GetAsOf(h int64, key []byte) (value []byte, ok bool, err error)
+	ScanAsOf(h int64, lo, hi []byte, reverse bool, fn func(key, value []byte) bool) error
 }

@@ -885,3 +885,14 @@ func (s *stageState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error 
 func (s *stageState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
 	return s.p.scan(lo, hi, true, fn)
 }
+
+// GetAsOf is Get as of horizon h: see chain.StageState.
+func (s *stageState) GetAsOf(h int64, key []byte) ([]byte, bool, error) {
+	return s.p.get(key)
+}
+
+// ScanAsOf is Scan (ScanReverse with reverse) as of horizon h: see
+// chain.StageState.
+func (s *stageState) ScanAsOf(h int64, lo, hi []byte, reverse bool, fn func(key, value []byte) bool) error {
+	return s.p.scan(lo, hi, reverse, fn)
+}

@@ -133,3 +133,15 @@ func recordsOf(values ...string) []chain.Record {
 	}
 	return recs
 }
+
+// GetAsOf is Get: the fake holds one stage's writes, and a horizon hides
+// only earlier stages' writes.
+func (s *memState) GetAsOf(_ int64, key []byte) ([]byte, bool, error) { return s.Get(key) }
+
+// ScanAsOf is Scan or ScanReverse, as GetAsOf is Get.
+func (s *memState) ScanAsOf(_ int64, lo, hi []byte, reverse bool, fn func(key, value []byte) bool) error {
+	if reverse {
+		return s.ScanReverse(lo, hi, fn)
+	}
+	return s.Scan(lo, hi, fn)
+}
