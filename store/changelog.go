@@ -87,6 +87,8 @@ type prepared struct {
 	// if it is not (indexed: it was).
 	added, popped []expiryItem
 	indexed       bool
+	// hists: the histories whose entries the batch writes (asof.go).
+	hists []histUpdate
 }
 
 var _ chain.PreparedCheckpoint = (*prepared)(nil)
@@ -130,6 +132,7 @@ func (pc *prepared) Abort() {
 
 func (pc *prepared) abort() {
 	pc.b.discard()
+	pc.p.histsAborted(pc.hists)
 	pc.release()
 }
 
@@ -303,6 +306,10 @@ func (p *partitionStore) FinishRestore(cps []commit.Checkpoint, changelogOffset 
 		p.filter.Store(x.keptFilter())
 	}
 	x.settle()
+	// The restored state's histories replace whatever the local state had.
+	if err := p.loadHists(); err != nil {
+		return p.err("restore", err)
+	}
 	return nil
 }
 

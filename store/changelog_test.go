@@ -33,6 +33,17 @@ func rawEntries(t *testing.T, e *engine, partition int32) map[string]string {
 	return out
 }
 
+// userRecords are the records of recs that are not histories' (asof.go).
+func userRecords(recs []chain.ChangelogRecord) []chain.ChangelogRecord {
+	var out []chain.ChangelogRecord
+	for _, r := range recs {
+		if !isHistKey(r.Key) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func changelogStore(t *testing.T, ps chain.PartitionStore) chain.ChangelogStore {
 	t.Helper()
 	cs, ok := ps.(chain.ChangelogStore)
@@ -240,7 +251,7 @@ func TestPreparedCheckpoint(t *testing.T) {
 		pc, err := cs.PrepareCheckpoint(cps(st, 2, 1), time.Time{})
 		require.NoError(t, err)
 		var got []string
-		for _, r := range pc.Records() {
+		for _, r := range userRecords(pc.Records()) {
 			if r.Value == nil {
 				got = append(got, string(r.Key)+"=<tombstone>")
 				continue
@@ -261,7 +272,7 @@ func TestPreparedCheckpoint(t *testing.T) {
 
 		pc, err = cs.PrepareCheckpoint(cps(st, 3, 1), time.Time{})
 		require.NoError(t, err)
-		assert.Len(t, pc.Records(), 4, "the aborted writes are taken again, with the newer one")
+		assert.Len(t, userRecords(pc.Records()), 4, "the aborted writes are taken again, with the newer one")
 		require.NoError(t, pc.Commit(17))
 		require.Error(t, pc.Commit(18), "a prepared checkpoint commits once")
 		assert.Equal(t, map[string]string{"x": "3", "y": "2", "w": "5"}, h.persisted(t, 0))

@@ -69,6 +69,9 @@ func (e *engine) openPartition(topic string, partition int32, stages []string) (
 	if err == nil {
 		err = p.buildExpiryIndex()
 	}
+	if err == nil {
+		err = p.loadHists()
+	}
 	e.mu.Lock()
 	if err != nil {
 		delete(e.mu.open, p.id)

@@ -176,8 +176,33 @@ func requireGet(t *testing.T, ss chain.StageState, key, want string, present boo
 }
 
 // persisted returns the user entries persisted for partition, read from
-// the backend directly (bypassing any overlay).
+// the backend directly (bypassing any overlay); the histories' entries
+// (asof.go) are not user entries: persistedHists has them.
 func (h *harness) persisted(t *testing.T, partition int32) map[string]string {
+	t.Helper()
+	out := h.persistedAll(t, partition)
+	for k := range out {
+		if isHistKey(k) {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// persistedHists returns the persisted histories' entries of partition,
+// by user key.
+func (h *harness) persistedHists(t *testing.T, partition int32) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k, v := range h.persistedAll(t, partition) {
+		if isHistKey(k) {
+			out[k[len(histPrefix):]] = v
+		}
+	}
+	return out
+}
+
+func (h *harness) persistedAll(t *testing.T, partition int32) map[string]string {
 	t.Helper()
 	e := h.engine()
 	ks := newKeyspace(topic, partition)

@@ -38,9 +38,12 @@ type okey struct {
 	// move the key back in time. It is dropped, not written.
 	floor uint64
 	// pending counts the writes to key in the stages' pending lists. The
-	// entry leaves the overlay when it drops to 0: the backend then holds
-	// the key's latest write.
+	// entry leaves the overlay when it drops to 0 and it has no history:
+	// the backend then holds the key's latest write.
 	pending int
+	// hist is the key's history for reads as of a horizon (asof.go); nil
+	// when no later stage may have to look past its latest write.
+	hist *keyHist
 }
 
 // write is one pending Set (val != nil) or Delete of a stage.
@@ -122,6 +125,8 @@ type partitionStore struct {
 		// okeys is the rest of the block that new overlay entries are cut
 		// from (newOkeyLocked).
 		okeys []okey
+		// hists holds the overlay entries that have a history (asof.go).
+		hists map[string]*okey
 	}
 }
 
@@ -146,6 +151,7 @@ func newPartitionStore(e *engine, topic string, partition int32, stages []string
 	p.ckpt.n = make([]int, len(stages))
 	p.ckpt.taken = make([][]write, len(stages))
 	p.mu.overlay = make(map[string]*okey)
+	p.mu.hists = make(map[string]*okey)
 	p.mu.keys = btreemap.New[string, *okey](16, strings.Compare)
 	p.mu.pending = make([][]write, len(stages))
 	return p
@@ -165,6 +171,9 @@ func (p *partitionStore) Stage(i int) chain.StageState {
 
 // get is StageState.Get: the overlay, else the backend.
 func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
+	if isHistKey(key) {
+		return nil, false, nil // see histPrefix
+	}
 	p.mu.Lock()
 	if p.mu.closed {
 		p.mu.Unlock()
@@ -191,6 +200,15 @@ func (p *partitionStore) get(key []byte) ([]byte, bool, error) {
 var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
 
 func (p *partitionStore) getPersisted(key []byte) ([]byte, bool, error) {
+	enc, ok, err := p.getPersistedEnc(key)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return userValue(enc), true, nil
+}
+
+// getPersistedEnc is the stored value of key's persisted entry.
+func (p *partitionStore) getPersistedEnc(key []byte) ([]byte, bool, error) {
 	bp := keyBufs.Get().(*[]byte)
 	*bp = entry((*bp)[:0], p.ks, key)
 	enc, ok, err := p.be.get(*bp)
@@ -204,17 +222,51 @@ func (p *partitionStore) getPersisted(key []byte) ([]byte, bool, error) {
 	if len(enc) < expiryLen {
 		return nil, false, p.err("get", fmt.Errorf("%w: entry %q has %d bytes", ErrCorrupt, key, len(enc)))
 	}
-	return userValue(enc), true, nil
+	return enc, true, nil
 }
 
 // write records a pending write of stage (val nil for a delete, exp its
 // expiry) and makes it the key's latest value in the overlay.
 func (p *partitionStore) write(op string, stage int, off int64, key, val []byte, exp int64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mu.closed {
-		return p.err(op, ErrClosed)
+	if isHistKey(key) {
+		return p.err(op, fmt.Errorf("%w: user keys must not start with %q", ErrInvalid, histPrefix))
 	}
+	// A write that starts a history needs the key's value before it: a
+	// persisted one is read before mu is taken (no I/O under mu), and
+	// used if no checkpoint changed the backend meanwhile.
+	var base []byte
+	var baseExp int64
+	var baseGen uint64
+	baseRead := false
+	hist := stage < len(p.stages)-1
+	for {
+		p.mu.Lock()
+		if p.mu.closed {
+			p.mu.Unlock()
+			return p.err(op, ErrClosed)
+		}
+		if !hist || p.mu.overlay[string(key)] != nil {
+			break
+		}
+		if !p.filter.Load().mayContain(key) {
+			base, baseExp = nil, 0 // never persisted
+			break
+		}
+		if baseRead && baseGen == p.mu.gen {
+			break
+		}
+		baseGen = p.mu.gen
+		p.mu.Unlock()
+		enc, ok, err := p.getPersistedEnc(key)
+		if err != nil {
+			return err
+		}
+		base, baseExp, baseRead = nil, 0, true
+		if ok {
+			base, baseExp = userValue(enc), valueExpiry(enc)
+		}
+	}
+	defer p.mu.Unlock()
 	k := p.mu.overlay[string(key)]
 	if k == nil {
 		k = p.newOkeyLocked(string(key))
@@ -222,6 +274,11 @@ func (p *partitionStore) write(op string, stage int, off int64, key, val []byte,
 		if p.mu.ordered.holds(k.key) {
 			p.mu.keys.ReplaceOrInsert(k.key, k)
 		}
+	} else {
+		base, baseExp = k.val, k.exp
+	}
+	if hist || k.hist != nil {
+		p.addVersionLocked(k, stage, off, val, exp, base, baseExp)
 	}
 	p.mu.seq++
 	k.val, k.exp, k.seq = val, exp, p.mu.seq
@@ -362,6 +419,7 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 			pc.addRecord(key, nil)
 		}
 	}
+	p.histWrites(pc)
 	for i, cp := range cps {
 		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, p.stages[i])
 		pc.b.set(p.ckpt.kbuf, encodeCheckpoint(cp))
@@ -429,7 +487,7 @@ func (pc *prepared) applied() {
 	stale := p.newGenLocked()
 	p.mu.Unlock()
 	closeIters(stale)
-	p.persisted(pc.cps, pc.evicted, pc.vanished)
+	p.persisted(pc.cps, pc.hists, pc.evicted, pc.vanished)
 }
 
 // newGenLocked bumps the generation (the backend changed under keys that
@@ -638,7 +696,7 @@ func expiresBy(exp, ev int64) bool { return exp != 0 && exp <= ev }
 // the persisted (or superseded) writes leave the pending lists, overlay
 // entries without pending writes leave the overlay, and an evicted key whose
 // latest write was persisted reads as deleted.
-func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
+func (p *partitionStore) persisted(cps []commit.Checkpoint, hists []histUpdate, gone ...[]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// The keys leave the overlay in chunks, mu released between them: a
@@ -658,7 +716,7 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
 			}
 			k := w.k
 			k.floor = max(k.floor, w.seq)
-			if k.pending--; k.pending == 0 {
+			if k.pending--; k.pending == 0 && k.hist == nil {
 				delete(p.mu.overlay, k.key)
 				if p.mu.ordered.holds(k.key) {
 					p.mu.keys.Delete(k.key)
@@ -695,6 +753,7 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, gone ...[]string) {
 			}
 		}
 	}
+	p.histsAppliedLocked(cps, hists, gone)
 }
 
 // persistChunk is how many persisted writes leave the overlay under one
@@ -726,6 +785,12 @@ func (p *partitionStore) Checkpoints() ([]commit.Checkpoint, bool, error) {
 	if p.isClosed() {
 		return nil, false, p.err("checkpoints", ErrClosed)
 	}
+	return p.checkpointsLocked()
+}
+
+// checkpointsLocked is Checkpoints with ckpt held (or the partition not yet
+// shared).
+func (p *partitionStore) checkpointsLocked() ([]commit.Checkpoint, bool, error) {
 	cps := make([]commit.Checkpoint, len(p.stages))
 	for i, s := range p.stages {
 		p.ckpt.kbuf = checkpointKey(p.ckpt.kbuf[:0], p.ks, s)
@@ -792,6 +857,7 @@ func (p *partitionStore) Close() error {
 
 func (p *partitionStore) dropLocked() {
 	clear(p.mu.overlay)
+	clear(p.mu.hists)
 	p.mu.keys.Clear(false)
 	closeIters(p.newGenLocked()) // rare: closing under mu is fine
 	for i := range p.mu.pending {
@@ -888,11 +954,11 @@ func (s *stageState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool)
 
 // GetAsOf is Get as of horizon h: see chain.StageState.
 func (s *stageState) GetAsOf(h int64, key []byte) ([]byte, bool, error) {
-	return s.p.get(key)
+	return s.p.getAsOf(s.stage, h, key)
 }
 
 // ScanAsOf is Scan (ScanReverse with reverse) as of horizon h: see
 // chain.StageState.
 func (s *stageState) ScanAsOf(h int64, lo, hi []byte, reverse bool, fn func(key, value []byte) bool) error {
-	return s.p.scan(lo, hi, reverse, fn)
+	return s.p.scanAsOf(s.stage, h, lo, hi, reverse, fn)
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"unsafe"
@@ -73,6 +74,10 @@ type scanner struct {
 	pos    []byte
 	posSet bool
 	kbuf   []byte
+
+	// stage and h: a read as of horizon h by stage (h 0: of everything).
+	stage int
+	h     int64
 }
 
 var scanners = sync.Pool{New: func() any {
@@ -83,6 +88,9 @@ var scanners = sync.Pool{New: func() any {
 
 func (s *scanner) takeOverlay(k string, o *okey) bool {
 	s.ovKey, s.ovVal, s.ovOK = k, o.val, true
+	if s.h != 0 && o.hist != nil {
+		s.ovVal = o.hist.asOf(s.stage, s.h)
+	}
 	return false
 }
 
@@ -90,6 +98,12 @@ func (s *scanner) takeOverlay(k string, o *okey) bool {
 // upper bound), in key order (descending if reverse), until fn returns
 // false. See StageState.Scan.
 func (p *partitionStore) scan(lo, hi []byte, reverse bool, fn func(key, value []byte) bool) (err error) {
+	return p.scanAsOf(0, 0, lo, hi, reverse, fn)
+}
+
+// scanAsOf is scan as of horizon h by stage (h 0: of everything); see
+// StageState.ScanAsOf.
+func (p *partitionStore) scanAsOf(stage int, h int64, lo, hi []byte, reverse bool, fn func(key, value []byte) bool) (err error) {
 	if hi != nil && bytes.Compare(lo, hi) >= 0 {
 		return nil
 	}
@@ -104,6 +118,9 @@ func (p *partitionStore) scan(lo, hi []byte, reverse bool, fn func(key, value []
 		scanners.Put(s)
 	}()
 	s.init(p, lo, hi, reverse)
+	if stage > 0 && h != math.MaxInt64 {
+		s.stage, s.h = stage, h
+	}
 	if err := s.open(); err != nil {
 		return err
 	}
@@ -291,7 +308,7 @@ func (s *scanner) run(fn func(key, value []byte) bool) error {
 				s.beOK = s.step()
 			}
 			s.setPos(unsafeBytes(key))
-			if val == nil {
+			if val == nil || isHistKey(key) {
 				continue // a pending delete
 			}
 			if !fn(unsafeBytes(key), val[:len(val):len(val)]) {
@@ -309,7 +326,7 @@ func (s *scanner) run(fn func(key, value []byte) bool) error {
 		if len(enc) < expiryLen {
 			return s.p.err("scan", fmt.Errorf("%w: entry %q has %d bytes", ErrCorrupt, beKey, len(enc)))
 		}
-		if !fn(beKey, userValue(enc)) {
+		if !isHistKey(beKey) && !fn(beKey, userValue(enc)) {
 			return nil
 		}
 		s.beOK = s.step()
