@@ -39,29 +39,27 @@ func (c *Context) Offset() int64 { return c.offset }
 func (c *Context) StreamTime() time.Time { return c.streamTime }
 
 // Horizon is the offset the record is processed as of, at a follower
-// stage: its leader's writes of records at offsets ≥ Horizon must not
-// influence it. It is math.MaxInt64 at the first stage, and at a follower
-// when the log shows no idle leader between the record and the position
-// the gate's rule needs (DESIGN.md "Idle release").
+// stage: the smallest position of its leader that the gate's rule needs,
+// max(Offset + OffsetDistance + 1, q(EventTime + Lateness)) with q(x) the
+// first offset whose stream time exceeds x (rule (a) alone for a record
+// the stage does not process; per key under GateKey, the same bound) — or
+// L+1 when that is smaller, the log showing the leader idle after a record
+// L ≥ Offset (DESIGN.md "Idle release": the next record's Kafka timestamp
+// is more than the idle timeout after L's, or L was the last record and
+// the log's end was confirmed after that). It is math.MaxInt64 at the
+// first stage.
 //
-// Otherwise the log shows the leader idle after a record L ≥ Offset — the
-// next record's Kafka timestamp is more than the idle timeout after L's,
-// or L was the last record and the log's end was confirmed after that —
-// and Horizon is L+1: the gate may release the record as soon as the
-// leader completed everything below it, without the leader records the
-// rule would otherwise wait for. The leader may have run further by the
-// time the record runs (after a restart, a rewind, on a backlog), so a
-// processor that reads its leader's state must ignore entries written at
-// offsets ≥ Horizon to give the same output every time the log is
-// processed; the attribution install rule does (clicks carry their
-// offset). Entries below Horizon that the gate's rule names (a′ and b′
-// of the gate scope) are complete.
-//
-// Nothing filters the leader's state for the processor: a processor that
-// reads it without comparing offsets (or event times, like the
-// attribution rules) sees writes of records beyond its own that the
-// leader happened to have processed, and its outputs then depend on
-// timing.
+// The follower's state reads (State().Get, Scan, ScanReverse) are made as
+// of it: the writes of earlier stages for records at offsets ≥ Horizon are
+// invisible (StageState.GetAsOf), so a processor sees exactly its leaders'
+// writes of records below Horizon, every time the log is processed — live,
+// after a restart or a rewind, on a backlog — however far its leaders had
+// run when it ran. Below Horizon, the writes the gate's rule names (all of
+// them under GatePartition; those of the record's key under GateKey) are
+// complete. A processor that keeps leader data outside the state (or wants
+// to compare offsets itself, like the attribution rules) applies the same
+// bound: entries its leaders wrote at offsets ≥ Horizon must not influence
+// the record.
 func (c *Context) Horizon() int64 {
 	if c.asOf == 0 {
 		return math.MaxInt64

@@ -33,8 +33,14 @@
 //     next record and — with a Source that is an EndConfirmer — a read of
 //     the log asked after L's timestamp + IdleTimeout found nothing past
 //     what was fetched but markers and aborted or open transactions), when
-//     its position is > L; the record then reads as of L+1
-//     (Context.Horizon), so every replay of the log decides alike. A
+//     its position is > L. Either way the record is processed as of a
+//     horizon that is a function of the log (Context.Horizon): the
+//     smallest leader position the rule needs, max(o + OffsetDistance + 1,
+//     q(t + Lateness)) with q(x) the first offset whose stream time
+//     exceeds x, or L+1 when smaller; the follower's state reads are made
+//     as of it (StageState.GetAsOf), so its processor sees exactly its
+//     leaders' writes of records below it however far they had run, and
+//     every replay of the log decides alike. A
 //     blocked follower sleeps on its leader's progress signal (and a timer
 //     for the idle deadline), never in a poll loop. With Stage.Gate =
 //     GateKey the same holds per key (DESIGN.md "The key-scoped gate"): stage k begins (o, t, key) once stage k−1 has
@@ -164,7 +170,8 @@
 // RunPartition, Stats), partition.go (partitionRun: fetcher, pace, commit
 // loop, stop), restore.go (bringing local state to the committed
 // checkpoint), standby.go (warm copies of partitions the chain does not
-// run: OpenStandby, Standby.CatchUp), idle.go (gapLog: the idle releases the log shows). One
+// run: OpenStandby, Standby.CatchUp), idle.go (gapLog: the idle releases the log shows),
+// streamtime.go (the log's stream time steps, for the followers' horizons). One
 // stage of one partition:
 //
 //   - stagerun.go: the stageRun struct, its construction and its workers'

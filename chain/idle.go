@@ -18,10 +18,10 @@ import (
 // a Kafka timestamp more than IdleTimeout after L's, or — at the live
 // tail — when no record followed L and the log's end was confirmed after
 // L's timestamp + IdleTimeout (tailGap). A follower's record at offset o
-// is then processed against the horizon H(o) = 1 + the first L ≥ o: a
-// leader write at an offset ≥ H(o) must not influence it, and the gate
-// may release it once its leader completed everything below H(o) (the
-// leader is idle there). Both are functions of the log alone, so live
+// is then processed as of at most H(o) = 1 + the first L ≥ o: a leader
+// write at an offset ≥ H(o) must not influence it, and the gate may
+// release it once its leader completed everything below H(o) (the leader
+// is idle there). Both are functions of the log alone, so live
 // processing, a restart, a move, an exactly-once rewind and a re-run from
 // offset 0 decide alike — except a tail entry, which the next record's
 // timestamp may not confirm (CreateTime behind the engine's clock). Every
@@ -387,10 +387,11 @@ func (s *stageRun) awaitHorizon(ctx context.Context, o int64) error {
 	return nil
 }
 
-// horizon is H(o) as Context.Horizon reports it: 1 + the first entry ≥ o,
-// or math.MaxInt64 when none is known (then, for a record the gate
-// released, none lies below the leader position its rule needed, and
-// nothing needs filtering).
+// horizon is the idle horizon of offset o: 1 + the first entry ≥ o, or
+// math.MaxInt64 when none is known (then, for a record the gate released,
+// none lies below the leader position its rule needed). A follower's
+// record is processed as of the smaller of it and that position
+// (gateHorizon, Context.Horizon).
 func (g *gapLog) horizon(o int64) int64 {
 	if l, ok := g.first(o); ok {
 		return l + 1

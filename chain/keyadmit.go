@@ -41,6 +41,17 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
+	if accept && ev.Offset < s.p.restoredEnd {
+		// A leader resumed past the record may let it through before the
+		// fetcher reached q(t + Lateness): its horizon must be known by
+		// the time the gate releases it (keyGate.release).
+		if _, ok := s.p.gateHorizon(ev.Offset, ev.Time, true, s.stream, s.p.gaps.horizon(ev.Offset)); !ok {
+			if _, err := s.awaitGateHorizon(ctx, ev, true, s.stream); err != nil {
+				ev.endSpan(OutcomeDropped, err)
+				return err
+			}
+		}
+	}
 	var w want
 	if g.eager {
 		// No admission step: the record is begun now and waits in the

@@ -68,7 +68,15 @@ func (g *keyGate) releaseKey(kh uint64) error {
 // by a stop, only by the shutdown timeout (DESIGN "Stopping").
 func (g *keyGate) release(ev *Event, stream int64, kh uint64, act gatedAct, reason error, accept bool, w want, fo, fs int64) error {
 	s := g.s
-	ev.asOf = s.p.gaps.horizon(ev.Offset)
+	// Known: the leader read past q(t + Lateness) − 1 or past the idle gap
+	// (both noted before it could read them), or admission waited for it
+	// below the restored end. Unknown would leave only the idle horizon.
+	idle := s.p.gaps.horizon(ev.Offset)
+	if h, ok := s.p.gateHorizon(ev.Offset, ev.Time, accept, stream, idle); ok {
+		ev.asOf = h
+	} else {
+		ev.asOf = idle
+	}
 	if ob := s.p.c.cfg.observer; ob != nil || ev.span != nil {
 		if w.idle {
 			fo = w.off + 1 // released against the leader position past the gap

@@ -91,6 +91,9 @@ type partitionRun struct {
 	endCheck endCheck
 	// gaps: where the log shows a stage idle (idle.go).
 	gaps *gapLog
+	// steps: the log's stream time steps, for the followers' horizons
+	// (streamtime.go); nil in a one-stage chain.
+	steps *streamSteps
 	// kick asks the commit loop to checkpoint now (an at-least-once tail
 	// decision waits for a commit that carries it; idle.go).
 	kick chan struct{}
@@ -127,6 +130,9 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		p.log.Info("a follower was released at the live tail after a record the log does not show idle (the next record's timestamp is within the idle timeout of it: CreateTime behind this engine's clock?); the decision is in the commit metadata, and a restart or rewind of this group applies it",
 			"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
 	})
+	if len(c.names) > 1 {
+		p.steps = newStreamSteps(p.committed.Load)
+	}
 	if c.cfg.store != nil {
 		ps, err := c.cfg.store.OpenPartition(a.Topic, a.Partition, c.names)
 		if err != nil {
@@ -701,7 +707,12 @@ func (p *partitionRun) appendRing(ctx context.Context, recs []Record) error {
 			return err
 		}
 		k := p.decodeInto(a, recs)
-		k += p.decodeInto(b, recs[k:])
+		kb := p.decodeInto(b, recs[k:])
+		// Before Commit: a leader can read a record only once its stream
+		// time step is known.
+		p.steps.note(a[:k])
+		p.steps.note(b[:kb])
+		k += kb
 		recs = recs[k:]
 		if err := p.ring.Commit(k); err != nil {
 			return err

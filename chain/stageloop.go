@@ -153,6 +153,7 @@ func (s *stageRun) read(ctx context.Context) ([]Event, error) {
 		for i := range recs {
 			b = s.p.appendDecoded(b, &recs[i])
 		}
+		s.p.steps.note(b) // and their stream time steps
 		clear(recs)
 		s.recs = recs[:0]
 		s.pollBatch = b[:0]
@@ -192,7 +193,10 @@ func (s *stageRun) handle(ctx context.Context, ev *Event) error {
 		return err
 	}
 	if s.leader != nil {
-		ev.asOf = s.p.gaps.horizon(ev.Offset)
+		if ev.asOf, err = s.horizon(ctx, ev, accept, s.stream); err != nil {
+			ev.endSpan(OutcomeDropped, err)
+			return err
+		}
 	}
 	streamBefore := s.stream
 	if valid {

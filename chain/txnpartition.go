@@ -204,6 +204,7 @@ func (p *partitionRun) refill(ctx context.Context) bool {
 		}
 		p.gaps.note(recs) // a batch may reach past what the gap log saw
 		clear(recs)
+		p.steps.note(evs)
 		if len(evs) == 0 {
 			continue
 		}
