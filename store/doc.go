@@ -57,6 +57,23 @@
 // interleaving). Writes made after a range read began may or may not be
 // seen, as with concurrent Gets.
 //
+// # Reads as of a horizon
+//
+// GetAsOf and ScanAsOf (chain.StageState) read as of a follower record's
+// horizon h: earlier stages' writes of records at offsets >= h are
+// invisible, and a key reads as it did before the first of them. Every
+// overlay key an earlier stage (one with a later stage) writes has a
+// history: its base and the versions a later stage may still have to look
+// past, oldest first. A version of stage s at offset w is settled once
+// every later stage's checkpointed position is past w; the newest settled
+// one becomes the base. A checkpoint persists the versions it covers as one
+// entry per key under the reserved user-key prefix histPrefix (value:
+// encodeHist), in the same batch and changelog records as the state, and
+// deletes it once they settle or the key is evicted; opening a partition
+// and FinishRestore turn the entries back into histories (asof.go). Get,
+// Scan and ScanReverse never see these entries, and Set refuses user keys
+// with the prefix. Keys with a history stay in the overlay while it lasts.
+//
 // # Atomicity (DESIGN I4)
 //
 // Checkpoint(cps, evictBefore) commits ONE synced batch holding, for each
