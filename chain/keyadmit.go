@@ -45,7 +45,7 @@ func (s *stageRun) admitKeyed(ctx context.Context, ev *Event) error {
 		// A leader resumed past the record may let it through before the
 		// fetcher reached q(t + Lateness): its horizon must be known by
 		// the time the gate releases it (keyGate.release).
-		if _, ok := s.p.gateHorizon(ev.Offset, ev.Time, true, s.stream, s.p.gaps.horizon(ev.Offset)); !ok {
+		if _, ok := s.p.gateHorizon(ev.Offset, ev.Time, true, s.stream, s.p.gaps.horizon(ev.Offset), &s.stepHint); !ok {
 			if _, err := s.awaitGateHorizon(ctx, ev, true, s.stream); err != nil {
 				ev.endSpan(OutcomeDropped, err)
 				return err

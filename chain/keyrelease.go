@@ -72,7 +72,7 @@ func (g *keyGate) release(ev *Event, stream int64, kh uint64, act gatedAct, reas
 	// (both noted before it could read them), or admission waited for it
 	// below the restored end. Unknown would leave only the idle horizon.
 	idle := s.p.gaps.horizon(ev.Offset)
-	if h, ok := s.p.gateHorizon(ev.Offset, ev.Time, accept, stream, idle); ok {
+	if h, ok := s.p.gateHorizon(ev.Offset, ev.Time, accept, stream, idle, &s.stepHint); ok {
 		ev.asOf = h
 	} else {
 		ev.asOf = idle

@@ -131,7 +131,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 			"offset", off, "gap", gap, "idle_timeout", c.cfg.idleTimeout)
 	})
 	if len(c.names) > 1 {
-		p.steps = newStreamSteps(p.committed.Load)
+		p.steps = newStreamSteps(p.stepFloor)
 	}
 	if c.cfg.store != nil {
 		ps, err := c.cfg.store.OpenPartition(a.Topic, a.Partition, c.names)

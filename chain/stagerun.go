@@ -120,9 +120,12 @@ type stageRun struct {
 	// leader's position and watermark only grow, so a record that seen
 	// already lets through needs no fresh load (the load read
 	// a cache line the leader writes at every record, once per record).
-	seen   release
-	poller Poller
-	pc     *Context
+	seen release
+	// stepHint is where the stage's last lookup of q(t + Lateness) ended
+	// in the stream time steps (streamSteps.q): the next one starts there.
+	stepHint int
+	poller   Poller
+	pc       *Context
 	// pre: the offsets the stage completed above its restored position in
 	// an earlier run (commit.Checkpoint.Above), not read yet. Such a
 	// record goes through the gate and is begun and completed without

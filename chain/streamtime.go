@@ -23,10 +23,11 @@ import (
 // are skipped), before any stage can read them, so a leader that has read
 // past q(x)−1 makes q(x) known. Followers read without a lock: the steps
 // live in an array whose published length only grows; a full array is
-// replaced by a copy without the steps below the committed offset (no
-// stage processes a record below it again, not after an exactly-once
-// rewind either), and a reader still holding the old one reads valid
-// steps.
+// replaced by a copy without the steps below floor (stepFloor: no stage
+// processes a record below it again), and a reader still holding the old
+// one reads valid steps. The array thus holds at most the records between
+// the slowest stage and the fetched end, 16 bytes a step, and is copied
+// once per doubling.
 //
 // A lookup at offset o only needs the steps at offsets ≥ o: when S(o) > x
 // some step below o is above x and q(x) ≤ o, which the gate's rule (a)
@@ -35,11 +36,11 @@ import (
 // it finds there that the log's true stream time does not have lies below
 // S(o) for every record a stage still processes.
 type streamSteps struct {
-	mu        sync.Mutex // writers: the fetcher and polling stages
-	have      bool
-	lastOff   int64
-	max       int64
-	committed func() int64
+	mu      sync.Mutex // writers: the fetcher and polling stages
+	have    bool
+	lastOff int64
+	max     int64
+	floor   func() int64
 
 	cur *stepArray // guarded by mu; published in pub
 	pub atomic.Pointer[stepArray]
@@ -58,8 +59,8 @@ type step struct{ off, t int64 }
 // minSteps is the capacity the step array starts with.
 const minSteps = 256
 
-func newStreamSteps(committed func() int64) *streamSteps {
-	g := &streamSteps{max: math.MinInt64, committed: committed, cur: &stepArray{s: make([]step, minSteps)}}
+func newStreamSteps(floor func() int64) *streamSteps {
+	g := &streamSteps{max: math.MinInt64, floor: floor, cur: &stepArray{s: make([]step, minSteps)}}
 	g.pub.Store(g.cur)
 	return g
 }
@@ -103,12 +104,12 @@ func (g *streamSteps) note(evs []Event) {
 }
 
 // replace publishes a copy of the full array a (n steps) without the steps
-// below the committed offset, with room for as many again.
+// below the floor, with room for as many again.
 func (g *streamSteps) replace(a *stepArray, n int) *stepArray {
 	lo := 0
-	if g.committed != nil {
-		c := g.committed()
-		lo = searchSteps(a.s[:n], func(s step) bool { return s.off >= c })
+	if g.floor != nil {
+		f := g.floor()
+		lo = searchSteps(a.s[:n], func(s step) bool { return s.off >= f })
 	}
 	keep := n - lo
 	b := &stepArray{s: make([]step, max(2*keep, minSteps))}
@@ -121,12 +122,14 @@ func (g *streamSteps) replace(a *stepArray, n int) *stepArray {
 
 // q returns q(x) = 1 + the offset of the first noted step with a time > x
 // (found), and noted, 1 + the last offset noted: when not found, q(x) >
-// noted.
-func (g *streamSteps) q(x int64) (q int64, found bool, noted int64) {
+// noted. hint is the caller's index of its last answer: a stage's
+// records ask for nearby steps, so the search gallops from there.
+func (g *streamSteps) q(x int64, hint *int) (q int64, found bool, noted int64) {
 	noted = g.noted.Load() // before the steps: they cover it
 	a := g.pub.Load()
 	s := a.s[:a.n.Load()]
-	i := searchSteps(s, func(st step) bool { return st.t > x })
+	i := searchStepsFrom(s, x, *hint)
+	*hint = i
 	if i == len(s) {
 		return 0, false, noted
 	}
@@ -148,6 +151,73 @@ func searchSteps(s []step, f func(step) bool) int {
 	return lo
 }
 
+// stepFloor is the offset below which no stage processes a record again:
+// the slowest stage's position, or in exactly-once mode the committed
+// offset (a rewind resumes the stages there, and the steps the fetcher
+// reads again are not noted twice).
+func (p *partitionRun) stepFloor() int64 {
+	if p.c.tc != nil {
+		return p.committed.Load()
+	}
+	v := p.view.Load()
+	if v == nil {
+		return p.committed.Load()
+	}
+	f := int64(math.MaxInt64)
+	for _, s := range v.stages {
+		f = min(f, s.cp.next.Load())
+	}
+	return f
+}
+
+// searchStepsFrom is the index of the first step of s with a time > x
+// (len(s): none), found by galloping from index h to bracket it, then
+// binary search.
+func searchStepsFrom(s []step, x int64, h int) int {
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	h = min(max(h, 0), n-1)
+	lo, hi := 0, n // the answer is in [lo, hi]
+	if s[h].t > x {
+		hi = h
+		for d := 1; ; d <<= 1 {
+			j := h - d
+			if j < 0 {
+				break
+			}
+			if s[j].t <= x {
+				lo = j + 1
+				break
+			}
+			hi = j
+		}
+	} else {
+		lo = h + 1
+		for d := 1; ; d <<= 1 {
+			j := h + d
+			if j >= n {
+				break
+			}
+			if s[j].t > x {
+				hi = j
+				break
+			}
+			lo = j + 1
+		}
+	}
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m].t <= x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // gateHorizon is H(o) of a follower's record at offset o with event time t
 // (processing: the stage processes it; stream: S(o)): the smallest leader
 // position the gate's rule needs, P = max(o + OffsetDistance + 1,
@@ -155,10 +225,11 @@ func searchSteps(s []step, f func(step) bool) int {
 // process — or the idle horizon idle (gapLog.horizon) when smaller. known
 // is false when q is not known yet: no noted record's event time exceeds
 // t + Lateness and the noted records do not reach the idle gap either.
+// hint is the calling stage's (streamSteps.q).
 // A live gate never lets such a record through (its leader read past
 // q − 1, or past the gap); after a restart or a rewind a leader resumed
 // past the record can, and the caller waits for the fetcher.
-func (p *partitionRun) gateHorizon(o int64, t time.Time, processing bool, stream, idle int64) (h int64, known bool) {
+func (p *partitionRun) gateHorizon(o int64, t time.Time, processing bool, stream, idle int64, hint *int) (h int64, known bool) {
 	cfg := &p.c.cfg
 	a := o + cfg.offsetDistance + 1
 	if !processing {
@@ -168,7 +239,7 @@ func (p *partitionRun) gateHorizon(o int64, t time.Time, processing bool, stream
 	if stream > x || a >= idle {
 		return min(a, idle), true // q(x) ≤ o, or the idle gap comes first
 	}
-	q, found, noted := p.steps.q(x)
+	q, found, noted := p.steps.q(x, hint)
 	if !found {
 		if idle <= noted {
 			return idle, true // q(x) > noted ≥ idle
@@ -182,7 +253,7 @@ func (p *partitionRun) gateHorizon(o int64, t time.Time, processing bool, stream
 // waiting for the fetcher when it is not known yet (see gateHorizon).
 func (s *stageRun) horizon(ctx context.Context, ev *Event, processing bool, stream int64) (int64, error) {
 	p := s.p
-	if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, p.gaps.horizon(ev.Offset)); ok {
+	if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, p.gaps.horizon(ev.Offset), &s.stepHint); ok {
 		return h, nil
 	}
 	return s.awaitGateHorizon(ctx, ev, processing, stream)
@@ -202,7 +273,7 @@ func (s *stageRun) awaitGateHorizon(ctx context.Context, ev *Event, processing b
 			ch = nil // closed ring: nothing more will be appended
 		default:
 		}
-		if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, p.gaps.horizon(ev.Offset)); ok {
+		if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, p.gaps.horizon(ev.Offset), &s.stepHint); ok {
 			return h, nil
 		}
 		var tc <-chan time.Time

@@ -53,7 +53,8 @@ func TestStreamStepsQAndGateHorizon(t *testing.T) {
 		{x: 19, q: 8, found: true},  //
 		{x: 20, q: 0, found: false}, // nothing noted exceeds it
 	} {
-		q, found, noted := g.q(sec(c.x))
+		hint := int(c.x) % 7 // any start gives the same answer
+		q, found, noted := g.q(sec(c.x), &hint)
 		require.Equal(t, c.found, found, "x=%d", c.x)
 		require.Equal(t, c.q, q, "x=%d", c.x)
 		require.Equal(t, int64(9), noted)
@@ -92,7 +93,8 @@ func TestStreamStepsQAndGateHorizon(t *testing.T) {
 			if c.stream >= 0 {
 				stream = sec(c.stream)
 			}
-			h, known := p.gateHorizon(c.o, time.Unix(int64(c.t), 0), c.processing, stream, c.idle)
+			hint := 0
+			h, known := p.gateHorizon(c.o, time.Unix(int64(c.t), 0), c.processing, stream, c.idle, &hint)
 			require.Equal(t, c.known, known)
 			if known {
 				require.Equal(t, c.h, h)
@@ -102,9 +104,9 @@ func TestStreamStepsQAndGateHorizon(t *testing.T) {
 }
 
 // A full step array is replaced by one without the steps below the
-// committed offset; lookups at offsets at or above it answer as before,
+// floor (the slowest stage's position); lookups at offsets at or above it answer as before,
 // and a reader holding the old array still reads valid steps.
-func TestStreamStepsTrimBelowTheCommittedOffset(t *testing.T) {
+func TestStreamStepsTrimBelowTheFloor(t *testing.T) {
 	committed := int64(0)
 	g := newStreamSteps(func() int64 { return committed })
 	n := 3 * minSteps
@@ -119,15 +121,17 @@ func TestStreamStepsTrimBelowTheCommittedOffset(t *testing.T) {
 	g.note(evs[minSteps:])
 	cur := g.pub.Load()
 	require.NotSame(t, old, cur)
-	require.Equal(t, int64(minSteps-10), cur.s[0].off, "trimmed below the committed offset")
-	require.LessOrEqual(t, len(cur.s), 4*n, "bounded by what is above the committed offset")
+	require.Equal(t, int64(minSteps-10), cur.s[0].off, "trimmed below the floor")
+	require.LessOrEqual(t, len(cur.s), 4*n, "bounded by what is above the floor")
 	require.Equal(t, int64(minSteps), old.n.Load())
 	for o := int(committed); o < n-1; o++ {
-		q, found, _ := g.q(sec(o + 1)) // x = the time of record o
+		hint := 0
+		q, found, _ := g.q(sec(o+1), &hint) // x = the time of record o
 		require.True(t, found)
 		require.Equal(t, int64(o+2), q, "o=%d", o)
 	}
-	_, found, noted := g.q(sec(n))
+	hint := 0
+	_, found, noted := g.q(sec(n), &hint)
 	require.False(t, found)
 	require.Equal(t, int64(n), noted)
 }
@@ -138,8 +142,26 @@ func TestStreamStepsLookupAllocatesNothing(t *testing.T) {
 	g := newStreamSteps(nil)
 	g.note(stepEvents(1, 2, 3, 4, 5))
 	p := &partitionRun{c: &Chain{cfg: config{}}, steps: g}
+	hint := 0
 	allocs := testing.AllocsPerRun(100, func() {
-		_, _ = p.gateHorizon(1, time.Unix(2, 0), true, sec(1), math.MaxInt64)
+		_, _ = p.gateHorizon(1, time.Unix(2, 0), true, sec(1), math.MaxInt64, &hint)
 	})
 	require.Zero(t, allocs)
+}
+
+// The galloping search from any hint finds what a binary search over the
+// whole array finds.
+func TestSearchStepsFromAnyHint(t *testing.T) {
+	for n := range 40 {
+		s := make([]step, n)
+		for i := range s {
+			s[i] = step{off: int64(3 * i), t: int64(2 * i)}
+		}
+		for x := int64(-2); x <= int64(2*n+1); x++ {
+			want := searchSteps(s, func(st step) bool { return st.t > x })
+			for h := -1; h <= n+1; h++ {
+				require.Equal(t, want, searchStepsFrom(s, x, h), "n=%d x=%d h=%d", n, x, h)
+			}
+		}
+	}
 }

@@ -265,8 +265,10 @@ func (p *InstallProcessor) Sequence(pc *chain.Context, ev *chain.Event) (bool, e
 // Process applies DESIGN.md "Attribution rules" install rule. Candidates are the user's
 // stored clicks with time ≤ t, t − time ≤ Lookback, max(S(o), t) − time ≤
 // Lookback+Lateness, (offset < o or arrival ≤ t+Lateness) and offset <
-// the record's horizon (chain.Context.Horizon: where the log shows the
-// click stage idle after the install); the winner has the latest time,
+// the record's horizon (chain.Context.Horizon: the click stage's position
+// the gate's rule needs — a click at or past it fails the fourth
+// condition anyway — or, when smaller, the position past a gap where the
+// log shows the click stage idle after the install); the winner has the latest time,
 // ties to the larger offset. The engine's gate guarantees every candidate
 // is stored; stored clicks that are not candidates (e.g. at offsets > o
 // that arrived too late, or past the horizon) are ignored, so the output
