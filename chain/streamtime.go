@@ -273,8 +273,18 @@ func (s *stageRun) awaitGateHorizon(ctx context.Context, ev *Event, processing b
 			ch = nil // closed ring: nothing more will be appended
 		default:
 		}
-		if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, p.gaps.horizon(ev.Offset), &s.stepHint); ok {
+		idle := p.gaps.horizon(ev.Offset)
+		if h, ok := p.gateHorizon(ev.Offset, ev.Time, processing, stream, idle, &s.stepHint); ok {
 			return h, nil
+		}
+		if p.ring.High() >= p.restoredEnd {
+			// Every record the restored leaders processed is noted, and q
+			// is not among them: q lies past them, where the leaders have
+			// read nothing the fetcher did not note first, so the gate
+			// itself holds the record until q is known or the log shows
+			// the leader idle. Waiting here instead would stop the stage's
+			// reading, and with it its own followers' view of the tail.
+			return idle, nil
 		}
 		var tc <-chan time.Time
 		var timer *time.Timer
