@@ -215,6 +215,15 @@ func BenchmarkWorkloadB1s_Strongest(b *testing.B) {
 	newDefaultsEnv(b, 400_000, 32_000).run(b, kindStrongest)
 }
 
+// BenchmarkWorkloadB1s_ChainAsOfReads: BenchmarkWorkloadB1s_Chain with the
+// followers' reads made as of their records' horizons (chain.WithAsOfReads),
+// which the attribution chain does not need: what the store's versions cost.
+func BenchmarkWorkloadB1s_ChainAsOfReads(b *testing.B) {
+	e := newDefaultsEnv(b, 400_000, 2000)
+	e.h.o.asOfReads = true
+	e.run(b, kindChain)
+}
+
 // BenchmarkWorkloadB1sLong_Chain and _Strongest: BenchmarkWorkloadB1s_ChainBuffer65536
 // and _Strongest on three times the input (150,000 records per
 // partition), to show how each design's CPU per record changes with the

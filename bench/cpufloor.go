@@ -225,6 +225,7 @@ func processAll(ctx context.Context, cfg attribution.Config, topic string, idle 
 		if err != nil {
 			return nil, fmt.Errorf("open partition %d: %w", p, err)
 		}
+		ps.(chain.HistoryKeeper).KeepHistory(false) // as the attribution chain's
 		// before[i]: S(o) of the record, the stream time below it.
 		before := make([]time.Time, len(pevs))
 		var stream time.Time

@@ -238,6 +238,7 @@ func (r *heavyRun) run(ctx context.Context, recs []workload.Record) error {
 		if err != nil {
 			return err
 		}
+		ps.(chain.HistoryKeeper).KeepHistory(false) // as the attribution chain's
 		defer ps.Close()
 		r.parts = append(r.parts, &heavyPartition{id: int32(p), ps: ps})
 	}

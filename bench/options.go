@@ -123,6 +123,11 @@ type Options struct {
 	// the engine's logs. Default: discard.
 	Progress io.Writer
 	Logger   *slog.Logger
+
+	// asOfReads turns the chain's reads as of a record's horizon on
+	// (chain.WithAsOfReads), which the attribution chain leaves off: what
+	// they cost (BenchmarkWorkloadB1s_ChainAsOfReads).
+	asOfReads bool
 }
 
 // Workloads are the workloads Run knows.

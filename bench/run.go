@@ -1085,6 +1085,9 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 		// at the limiter: the chain caps its workers at W too (its slots go
 		// to the keys with the most records ready; see chain.WithWorkerCap).
 		opts = append(opts, chain.WithWorkerCap(W))
+		if o.asOfReads {
+			opts = append(opts, chain.WithAsOfReads(true))
+		}
 		if s.variant != nil && s.variant.guarantee != "" {
 			// The exactly-once cost table: a changelog, and the Transactor
 			// for exactly-once.
@@ -1125,7 +1128,8 @@ func (h *harness) newDesign(s runSpec) (*design, error) {
 			Brokers: c.Addrs(), Sarama: base, Topic: s.topic, Group: group,
 			Stages: costs(attribution.Chain(h.cfg)), Decoder: counting(attribution.Decoder(h.cfg)), Store: st, Producer: ap, OutputTopic: d.out, DLQTopic: d.dlq,
 			Lateness: h.cfg.Lateness, IdleTimeout: o.IdleTimeout, BatchSize: s.batch, BatchLinger: linger,
-			Workers: W, KeyOrder: strong, AsyncCommit: strong, GroupCheckpoint: strong,
+			WithoutAsOfReads: true, // as attribution.NewChainWith's chain
+			Workers:          W, KeyOrder: strong, AsyncCommit: strong, GroupCheckpoint: strong,
 			Checkpointed: func(parts []int32) { ev.synced(parts...) },
 			Committed:    func(int) { ev.committed() },
 			Progress:     d.prog.advance, Logger: o.Logger, Ready: ready,

@@ -97,8 +97,9 @@ type boundState struct {
 	ss     StageState
 	offset int64
 	// asOf is the record's horizon (Context.Horizon); 0: none, the reads
-	// see every write.
-	asOf int64
+	// see every write (always, with plain).
+	asOf  int64
+	plain bool
 	// tc counts the writes of an exactly-once chain's open cycle (nil
 	// otherwise).
 	tc *txnCoordinator
@@ -205,7 +206,9 @@ func EvictBefore(wm time.Time) time.Time {
 // state's reads.
 func (c *Context) setHorizon(h int64) {
 	c.asOf = h
-	c.st.asOf = h
+	if !c.st.plain {
+		c.st.asOf = h
+	}
 }
 
 // reset prepares a reused Context for the record at offset o.

@@ -120,6 +120,15 @@ type PartitionStore interface {
 	Close() error
 }
 
+// HistoryKeeper is a PartitionStore that keeps, for reads as of a horizon
+// (StageState.GetAsOf), the versions of its keys a follower may still have
+// to look past. A chain WithAsOfReads(false) calls KeepHistory(false) on every
+// partition it opens: the store then keeps none (and drops what it had),
+// and reads as of a horizon read what Get reads.
+type HistoryKeeper interface {
+	KeepHistory(keep bool)
+}
+
 // StageState is one stage's access to its partition's state. Get, Scan and
 // ScanReverse see all stages' writes, pending or persisted. Writes are
 // tagged with the offset of the record that made them.

@@ -59,6 +59,8 @@ type config struct {
 	// completion fans out to the observers that are CompletionObservers;
 	// nil when there is none.
 	completion CompletionObserver
+	// noAsOf: WithAsOfReads(false).
+	noAsOf bool
 }
 
 func defaultConfig() config {
@@ -175,6 +177,19 @@ func WithOffsetDistance(d int64) Option {
 // (DESIGN.md "The follower gate"). Default 0.
 func WithLateness(l time.Duration) Option {
 	return optionFunc(func(c *config) { c.lateness = l })
+}
+
+// WithAsOfReads(false) makes the followers' state reads see every write,
+// as the first stage's do, instead of their leaders' writes below the
+// record's horizon only (Context.Horizon; DESIGN.md "A follower reads as
+// of its horizon"), and the store keeps no versions for them
+// (HistoryKeeper). For processors that compare the offsets or event times
+// of what they read with their record's themselves, as the attribution
+// processors do (attribution.NewChain sets it): they give the same outputs
+// either way, and the store's versions then cost CPU for nothing.
+// Context.Horizon is unchanged. Default true.
+func WithAsOfReads(on bool) Option {
+	return optionFunc(func(c *config) { c.noAsOf = !on })
 }
 
 // WithIdleTimeout sets the gap in the input's Kafka timestamps after which a

@@ -134,7 +134,7 @@ func newPartitionRun(c *Chain, a Assignment) (*partitionRun, error) {
 		p.steps = newStreamSteps(p.stepFloor)
 	}
 	if c.cfg.store != nil {
-		ps, err := c.cfg.store.OpenPartition(a.Topic, a.Partition, c.names)
+		ps, err := c.openState(a.Topic, a.Partition)
 		if err != nil {
 			return nil, fmt.Errorf("open state: %w", err)
 		}
@@ -901,4 +901,16 @@ func (p *partitionRun) drain(deadline <-chan time.Time) (timedOut bool) {
 		}
 	}
 	return false
+}
+
+// openState opens a partition's state for the chain's stages; with
+// WithAsOfReads(false) the store is told to keep no versions.
+func (c *Chain) openState(topic string, partition int32) (PartitionStore, error) {
+	ps, err := c.cfg.store.OpenPartition(topic, partition, c.names)
+	if err == nil && c.cfg.noAsOf {
+		if hk, ok := ps.(HistoryKeeper); ok {
+			hk.KeepHistory(false)
+		}
+	}
+	return ps, err
 }

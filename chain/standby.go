@@ -109,7 +109,7 @@ func (c *Chain) OpenStandby(topic string, partition int32) (*Standby, error) {
 	s.serial.Lock()
 	c.mu.standby[k] = s
 	c.mu.Unlock()
-	ps, err := c.cfg.store.OpenPartition(topic, partition, c.names)
+	ps, err := c.openState(topic, partition)
 	if err == nil {
 		s.ps = ps
 		s.cs, s.clp, err = c.followChangelog(ps, topic, partition)

@@ -148,7 +148,7 @@ func (p *partitionRun) restartEpoch() bool {
 		if err := p.ps.Close(); err != nil {
 			p.log.Warn("closing partition state", "err", err)
 		}
-		ps, err := p.c.cfg.store.OpenPartition(p.topic, p.partition, p.c.names)
+		ps, err := p.c.openState(p.topic, p.partition)
 		if err != nil {
 			p.fail(fmt.Errorf("exactly-once restart after an aborted transaction: reopen state: %w", err))
 			p.ps, p.cs = nil, nil

@@ -182,6 +182,14 @@ func (p *partitionStore) histWrites(pc *prepared) {
 	floors := floorsOf(pc.cps)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, key := range p.mu.histGone {
+		p.ckpt.kbuf = entry(p.ckpt.kbuf[:0], p.ks, histPrefix+key)
+		pc.b.del(p.ckpt.kbuf)
+		if pc.withRecords {
+			pc.addRecord(histPrefix+key, nil)
+		}
+	}
+	pc.histGone = len(p.mu.histGone)
 	if len(p.mu.hists) == 0 {
 		return
 	}
@@ -272,6 +280,25 @@ func (p *partitionStore) histsAborted(written []histUpdate) {
 	}
 }
 
+// KeepHistory implements chain.HistoryKeeper. KeepHistory(false) drops the
+// histories (the next checkpoint deletes their persisted entries) and
+// starts none: reads as of a horizon then read the latest writes.
+func (p *partitionStore) KeepHistory(keep bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.noHist = !keep
+	if keep {
+		return
+	}
+	for key, k := range p.mu.hists {
+		if k.hist.stored >= 0 || k.hist.unsure {
+			p.mu.histGone = append(p.mu.histGone, key)
+		}
+		k.hist.stored, k.hist.unsure = -1, false
+		p.dropHistLocked(key, k)
+	}
+}
+
 // histUpdate is a history whose entry a checkpoint writes: its first n
 // versions.
 type histUpdate struct {
@@ -284,7 +311,8 @@ type histUpdate struct {
 // versions cps settles are dropped. A history left with no version and no
 // persisted entry is dropped, and its key leaves the overlay when no write
 // is pending.
-func (p *partitionStore) histsAppliedLocked(cps []commit.Checkpoint, written []histUpdate, gone [][]string) {
+func (p *partitionStore) histsAppliedLocked(cps []commit.Checkpoint, written []histUpdate, histGone int, gone [][]string) {
+	p.mu.histGone = append(p.mu.histGone[:0], p.mu.histGone[histGone:]...)
 	for _, u := range written {
 		if kh := u.k.hist; kh != nil {
 			kh.stored, kh.dirty, kh.unsure = u.n, false, false
@@ -483,6 +511,12 @@ func (p *partitionStore) loadHists() error {
 	defer p.mu.Unlock()
 	for key, k := range p.mu.hists {
 		p.dropHistLocked(key, k)
+	}
+	if p.mu.noHist {
+		for _, h := range hs {
+			p.mu.histGone = append(p.mu.histGone, h.key)
+		}
+		return nil
 	}
 	for i, h := range hs {
 		newest, has := h.kh.base, h.kh.base != nil

@@ -123,3 +123,28 @@ func TestUserKeysMustNotUseTheHistoryPrefix(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalid)
 	})
 }
+
+// TestKeepNoHistory: a partition told to keep no history (a chain
+// WithAsOfReads(false)) starts none, reads the latest writes at every horizon,
+// and deletes the history entries an earlier run persisted.
+func TestKeepNoHistory(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		st := []string{"lead", "follow"}
+		ps := h.open(t, 0, st)
+		set(t, ps.Stage(0), 10, "x", "x@10")
+		set(t, ps.Stage(0), 20, "x", "x@20")
+		require.NoError(t, ps.Checkpoint(cps(st, 21, 5), time.Time{}))
+		require.NotEmpty(t, h.persistedHists(t, 0))
+		require.Equal(t, "<absent>", asOf(t, ps.Stage(1), 6, "x"))
+		h.crash(t)
+
+		ps = h.open(t, 0, st)
+		ps.(chain.HistoryKeeper).KeepHistory(false)
+		require.Equal(t, "x@20", asOf(t, ps.Stage(1), 6, "x"))
+		set(t, ps.Stage(0), 21, "y", "y@21")
+		require.Equal(t, "y@21", asOf(t, ps.Stage(1), 6, "y"))
+		require.NoError(t, ps.Checkpoint(cps(st, 22, 5), time.Time{}))
+		require.Empty(t, h.persistedHists(t, 0), "the earlier run's entries are deleted, none is written")
+		require.Equal(t, map[string]string{"x": "x@20", "y": "y@21"}, h.persisted(t, 0))
+	})
+}

@@ -87,8 +87,10 @@ type prepared struct {
 	// if it is not (indexed: it was).
 	added, popped []expiryItem
 	indexed       bool
-	// hists: the histories whose entries the batch writes (asof.go).
-	hists []histUpdate
+	// hists: the histories whose entries the batch writes (asof.go);
+	// histGone: how many of the keys in mu.histGone it deletes.
+	hists    []histUpdate
+	histGone int
 }
 
 var _ chain.PreparedCheckpoint = (*prepared)(nil)

@@ -73,6 +73,9 @@
 // and FinishRestore turn the entries back into histories (asof.go). Get,
 // Scan and ScanReverse never see these entries, and Set refuses user keys
 // with the prefix. Keys with a history stay in the overlay while it lasts.
+// KeepHistory(false) (chain.HistoryKeeper; a chain WithAsOfReads(false))
+// drops the histories, starts none, and has the next checkpoint delete the
+// persisted entries.
 //
 // # Atomicity (DESIGN I4)
 //

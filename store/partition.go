@@ -127,6 +127,10 @@ type partitionStore struct {
 		okeys []okey
 		// hists holds the overlay entries that have a history (asof.go).
 		hists map[string]*okey
+		// noHist: KeepHistory(false); histGone: the keys whose persisted
+		// history entries the next checkpoint deletes (noHist).
+		noHist   bool
+		histGone []string
 	}
 }
 
@@ -237,15 +241,17 @@ func (p *partitionStore) write(op string, stage int, off int64, key, val []byte,
 	var base []byte
 	var baseExp int64
 	var baseGen uint64
-	baseRead := false
-	hist := stage < len(p.stages)-1
+	baseRead, hist := false, false
+	var k *okey
 	for {
 		p.mu.Lock()
 		if p.mu.closed {
 			p.mu.Unlock()
 			return p.err(op, ErrClosed)
 		}
-		if !hist || p.mu.overlay[string(key)] != nil {
+		k = p.mu.overlay[string(key)]
+		hist = !p.mu.noHist && stage < len(p.stages)-1
+		if !hist || k != nil {
 			break
 		}
 		if !p.filter.Load().mayContain(key) {
@@ -267,7 +273,6 @@ func (p *partitionStore) write(op string, stage int, off int64, key, val []byte,
 		}
 	}
 	defer p.mu.Unlock()
-	k := p.mu.overlay[string(key)]
 	if k == nil {
 		k = p.newOkeyLocked(string(key))
 		p.mu.overlay[k.key] = k
@@ -487,7 +492,7 @@ func (pc *prepared) applied() {
 	stale := p.newGenLocked()
 	p.mu.Unlock()
 	closeIters(stale)
-	p.persisted(pc.cps, pc.hists, pc.evicted, pc.vanished)
+	p.persisted(pc.cps, pc.hists, pc.histGone, pc.evicted, pc.vanished)
 }
 
 // newGenLocked bumps the generation (the backend changed under keys that
@@ -696,7 +701,7 @@ func expiresBy(exp, ev int64) bool { return exp != 0 && exp <= ev }
 // the persisted (or superseded) writes leave the pending lists, overlay
 // entries without pending writes leave the overlay, and an evicted key whose
 // latest write was persisted reads as deleted.
-func (p *partitionStore) persisted(cps []commit.Checkpoint, hists []histUpdate, gone ...[]string) {
+func (p *partitionStore) persisted(cps []commit.Checkpoint, hists []histUpdate, histGone int, gone ...[]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// The keys leave the overlay in chunks, mu released between them: a
@@ -753,7 +758,7 @@ func (p *partitionStore) persisted(cps []commit.Checkpoint, hists []histUpdate, 
 			}
 		}
 	}
-	p.histsAppliedLocked(cps, hists, gone)
+	p.histsAppliedLocked(cps, hists, histGone, gone)
 }
 
 // persistChunk is how many persisted writes leave the overlay under one
@@ -858,6 +863,7 @@ func (p *partitionStore) Close() error {
 func (p *partitionStore) dropLocked() {
 	clear(p.mu.overlay)
 	clear(p.mu.hists)
+	p.mu.histGone = nil
 	p.mu.keys.Clear(false)
 	closeIters(p.newGenLocked()) // rare: closing under mu is fine
 	for i := range p.mu.pending {

@@ -44,6 +44,10 @@ type Config struct {
 	// Lateness and IdleTimeout are the chain's gate settings, applied at
 	// batch boundaries (see Baseline).
 	Lateness, IdleTimeout time.Duration
+	// WithoutAsOfReads is the chain's WithAsOfReads(false): the store
+	// keeps no versions for reads as of a record's horizon (for processors
+	// that compare offsets and times themselves).
+	WithoutAsOfReads bool
 	// BatchSize and BatchLinger bound one poll (BatchLinger 0: a poll
 	// returns what has arrived, as Kafka's poll does); Workers is the pool
 	// size.
@@ -245,6 +249,9 @@ func (m *Baseline) Setup(sess sarama.ConsumerGroupSession) error {
 				ps, err := m.cfg.Store.OpenPartition(m.cfg.Topic, p, m.names)
 				if err != nil {
 					return fmt.Errorf("microbatch: open state of %d: %w", p, err)
+				}
+				if hk, ok := ps.(chain.HistoryKeeper); ok && m.cfg.WithoutAsOfReads {
+					hk.KeepHistory(false)
 				}
 				mp.ps = ps
 			}

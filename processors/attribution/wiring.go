@@ -58,7 +58,12 @@ func NewChainWith(cfg Config, w Wiring, opts ...chain.Option) (*chain.Chain, err
 	if w.Decoder != nil {
 		dec = w.Decoder(dec)
 	}
-	all := make([]chain.Option, 0, len(opts)+1)
+	// The rules compare the offsets and times of the clicks and installs
+	// they read with the record's (Context.Horizon included), so reads of
+	// the latest state give the outputs reads as of the horizon would: the
+	// store's versions would cost CPU for nothing (opts may turn them on).
+	all := make([]chain.Option, 0, len(opts)+2)
+	all = append(all, chain.WithAsOfReads(false))
 	all = append(all, opts...)
 	all = append(all, chain.WithLateness(cfg.Lateness))
 	return chain.New(stages, dec, all...)
