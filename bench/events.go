@@ -132,3 +132,14 @@ func (p countingPartition) Checkpoint(cps []commit.Checkpoint, evictBefore time.
 	p.ev.synced(p.partition)
 	return nil
 }
+
+// KeepHistory forwards chain.HistoryKeeper (the attribution chain keeps
+// no versions for reads as of a horizon).
+func (p countingPartition) KeepHistory(keep bool) {
+	if hk, ok := p.PartitionStore.(chain.HistoryKeeper); ok {
+		hk.KeepHistory(keep)
+	}
+}
+
+// KeepHistory forwards chain.HistoryKeeper.
+func (p countingChangelogPartition) KeepHistory(keep bool) { p.c.KeepHistory(keep) }

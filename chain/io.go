@@ -124,7 +124,8 @@ type PartitionStore interface {
 // (StageState.GetAsOf), the versions of its keys a follower may still have
 // to look past. A chain WithAsOfReads(false) calls KeepHistory(false) on every
 // partition it opens: the store then keeps none (and drops what it had),
-// and reads as of a horizon read what Get reads.
+// and reads as of a horizon read what Get reads. A PartitionStore that
+// wraps another forwards it.
 type HistoryKeeper interface {
 	KeepHistory(keep bool)
 }

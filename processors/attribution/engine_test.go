@@ -25,7 +25,10 @@ import (
 // install → purchase and check the alerts too; the restart cases stop the
 // chain cleanly after a third of the input and abandon it (outputs never
 // acknowledged: nothing of it committed, its pending state dropped) during
-// the second third, then run it to the end.
+// the second third, then run it to the end. The as-of cases turn on the
+// followers' reads as of their horizons (chain.WithAsOfReads), which the
+// attribution chain leaves off because its rules compare offsets and times
+// themselves: the outputs must be the model's either way.
 func TestChainMatchesReferenceModel(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -39,6 +42,7 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		restarts    bool
 		// gate: "" is the attribution chain's default, the key scope.
 		gate chain.GateScope
+		asOf bool
 	}{
 		{name: "defaults", buffer: 8192},
 		{name: "lateness-10m-distance-5", lateness: 10 * time.Minute, distance: 5, buffer: 8192},
@@ -52,6 +56,9 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 		{name: "velocity-key-parallel-restarts", lateness: 10 * time.Minute, buffer: 256, velocity: true, keyParallel: 8, restarts: true},
 		{name: "velocity-tight-gate", buffer: 8192, slowLeaders: true, velocity: true},
 		{name: "velocity-restarts", lateness: 3 * time.Hour, buffer: 8192, velocity: true, restarts: true},
+		{name: "as-of-reads", buffer: 8192, asOf: true},
+		{name: "as-of-reads-partition-gate-tight", lateness: 3 * time.Hour, buffer: 8192, slowLeaders: true, gate: chain.GatePartition, asOf: true},
+		{name: "as-of-reads-polling-restarts", lateness: 10 * time.Minute, buffer: 32, keyParallel: 8, restarts: true, asOf: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +74,7 @@ func TestChainMatchesReferenceModel(t *testing.T) {
 					w.Stages = slowLeaders
 				}
 				r := runAgainstModelWith(t, cfg, w, tc.restarts, chain.WithOffsetDistance(tc.distance),
-					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)))
+					chain.WithBufferSize(tc.buffer), chain.WithBatchSize(min(tc.buffer, 64)), chain.WithAsOfReads(tc.asOf))
 				require.True(t, r.OK(), r.Summary())
 				if tc.velocity {
 					require.Greater(t, r.Alerts.Matched, 20, "the workload must raise alerts")
