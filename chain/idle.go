@@ -363,26 +363,28 @@ func (s *stageRun) awaitHorizon(ctx context.Context, o int64) error {
 		if ok {
 			continue
 		}
-		var timer *time.Timer
-		var tc <-chan time.Time
-		if !at.IsZero() {
-			timer = time.NewTimer(time.Until(at))
-			tc = timer.C
-		}
-		var err error
-		select {
-		case <-ch:
-		case <-tc:
-		case <-answer:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if err != nil {
+		if err := waitFor(ctx, ch, at, answer); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// waitFor blocks until ch fires, the time at comes (never when zero),
+// answer closes, or ctx ends (its error).
+func waitFor(ctx context.Context, ch <-chan struct{}, at time.Time, answer <-chan struct{}) error {
+	var tc <-chan time.Time
+	if !at.IsZero() {
+		timer := time.NewTimer(time.Until(at))
+		defer timer.Stop()
+		tc = timer.C
+	}
+	select {
+	case <-ch:
+	case <-tc:
+	case <-answer:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	return nil
 }

@@ -286,32 +286,15 @@ func (s *stageRun) awaitGateHorizon(ctx context.Context, ev *Event, processing b
 			// reading, and with it its own followers' view of the tail.
 			return idle, nil
 		}
-		var tc <-chan time.Time
-		var timer *time.Timer
+		var at time.Time
 		var answer <-chan struct{}
 		if s.leaderReadAll() {
-			ok, at, ans := p.tailGap(ctx, s)
-			if ok {
+			var ok bool
+			if ok, at, answer = p.tailGap(ctx, s); ok {
 				continue
 			}
-			if !at.IsZero() {
-				timer = time.NewTimer(time.Until(at))
-				tc = timer.C
-			}
-			answer = ans
 		}
-		var err error
-		select {
-		case <-ch:
-		case <-tc:
-		case <-answer:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if err != nil {
+		if err := waitFor(ctx, ch, at, answer); err != nil {
 			return 0, err
 		}
 	}
