@@ -103,23 +103,51 @@ func (p *partitionStore) getAsOf(stage int, h int64, key []byte) ([]byte, bool, 
 		p.mu.Unlock()
 		return nil, false, p.err("get", ErrClosed)
 	}
+	var val []byte
 	k, ok := p.mu.overlay[string(key)]
-	if !ok || k.hist == nil {
-		p.mu.Unlock()
-		return p.get(key)
+	if ok {
+		val = k.val
+		if k.hist != nil {
+			val = k.hist.asOf(stage, h)
+		}
 	}
-	val := k.hist.asOf(stage, h)
 	p.mu.Unlock()
+	if !ok {
+		// Not in the overlay: persisted, or absent. An earlier stage may
+		// write the key meanwhile (its history's base is what was read
+		// here) and a checkpoint persist that write: the history answers
+		// then.
+		if p.filter.Load().mayContain(key) {
+			v, found, err := p.getPersisted(key)
+			if err != nil {
+				return nil, false, err
+			}
+			if found {
+				val = v
+			}
+		}
+		if val, ok = p.histAsOf(key, stage, h, val); !ok {
+			return nil, false, nil
+		}
+	}
 	if val == nil {
 		return nil, false, nil
 	}
 	return val[:len(val):len(val)], true, nil
 }
 
-// needsHist reports whether a write of stage to k starts or extends a
-// history: a stage with followers writes, or the key has one.
-func (p *partitionStore) needsHist(stage int, k *okey) bool {
-	return stage < len(p.stages)-1 || (k != nil && k.hist != nil)
+// histAsOf is what a reader of stage at horizon h sees of key, whose
+// persisted value val it read: the history's answer if the key has one now
+// (a write of an earlier stage may have entered the overlay, and a
+// checkpoint persisted it, since the reader looked), else val. ok is false
+// when the key reads as absent.
+func (p *partitionStore) histAsOf(key []byte, stage int, h int64, val []byte) (_ []byte, ok bool) {
+	p.mu.Lock()
+	if k := p.mu.overlay[string(key)]; k != nil && k.hist != nil {
+		val = k.hist.asOf(stage, h)
+	}
+	p.mu.Unlock()
+	return val, val != nil
 }
 
 // addVersionLocked appends a write to k's history, starting the history

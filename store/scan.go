@@ -76,8 +76,13 @@ type scanner struct {
 	kbuf   []byte
 
 	// stage and h: a read as of horizon h by stage (h 0: of everything).
-	stage int
-	h     int64
+	// refreshed: the backend was reopened during the scan, so it may hold
+	// an earlier stage's write at or above h of a key the overlay's cursor
+	// had passed before the key entered it: backend entries are then
+	// checked against the overlay's histories.
+	stage     int
+	h         int64
+	refreshed bool
 }
 
 var scanners = sync.Pool{New: func() any {
@@ -256,7 +261,7 @@ func (s *scanner) loadOverlay() error {
 // refresh reopens the backend iterator at the latest state and seeks it
 // back to the scan's position.
 func (s *scanner) refresh() error {
-	s.fresh = false
+	s.fresh, s.refreshed = false, true
 	if err := s.be.refresh(); err != nil {
 		return s.p.err("scan", err)
 	}
@@ -326,7 +331,15 @@ func (s *scanner) run(fn func(key, value []byte) bool) error {
 		if len(enc) < expiryLen {
 			return s.p.err("scan", fmt.Errorf("%w: entry %q has %d bytes", ErrCorrupt, beKey, len(enc)))
 		}
-		if !isHistKey(beKey) && !fn(beKey, userValue(enc)) {
+		val := userValue(enc)
+		if s.h != 0 && s.refreshed {
+			var ok bool
+			if val, ok = s.p.histAsOf(beKey, s.stage, s.h, val); !ok {
+				s.beOK = s.step()
+				continue
+			}
+		}
+		if !isHistKey(beKey) && !fn(beKey, val) {
 			return nil
 		}
 		s.beOK = s.step()
