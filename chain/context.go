@@ -49,8 +49,8 @@ func (c *Context) StreamTime() time.Time { return c.streamTime }
 // the log's end was confirmed after that). It is math.MaxInt64 at the
 // first stage.
 //
-// The follower's state reads (State().Get, Scan, ScanReverse) are made as
-// of it: the writes of earlier stages for records at offsets ≥ Horizon are
+// Unless the chain has WithAsOfReads(false), the follower's state reads
+// (State().Get, Scan, ScanReverse) are made as of it: the writes of earlier stages for records at offsets ≥ Horizon are
 // invisible (StageState.GetAsOf), so a processor sees exactly its leaders'
 // writes of records below Horizon, every time the log is processed — live,
 // after a restart or a rewind, on a backlog — however far its leaders had
