@@ -207,7 +207,6 @@ func (kh *keyHist) prune(floors []int64) {
 // and the versions cps or an earlier checkpoint covers; one with none is
 // deleted. It records in pc what applied must update.
 func (p *partitionStore) histWrites(pc *prepared) {
-	floors := floorsOf(pc.cps)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, key := range p.mu.histGone {
@@ -221,6 +220,7 @@ func (p *partitionStore) histWrites(pc *prepared) {
 	if len(p.mu.hists) == 0 {
 		return
 	}
+	floors := floorsOf(pc.cps)
 	gone := evictedHists(p.mu.hists, pc.evicted, pc.vanished)
 	for key, k := range p.mu.hists {
 		kh := k.hist
@@ -348,6 +348,9 @@ func (p *partitionStore) histsAppliedLocked(cps []commit.Checkpoint, written []h
 				kh.stored = -1
 			}
 		}
+	}
+	if len(p.mu.hists) == 0 {
+		return // a chain without as-of reads: nothing to settle
 	}
 	floors := floorsOf(cps)
 	evicted := evictedHists(p.mu.hists, gone...)
