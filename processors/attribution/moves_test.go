@@ -23,16 +23,18 @@ import (
 // reference model's record for record, once each — which they cannot
 // without the windows (clicks, installs, dedup ids, velocity counters)
 // following the partitions. At the end, each partition's state rebuilt from
-// the changelog alone equals the model's final state.
+// the changelog alone equals the model's final state. The as-of case turns
+// on the followers' reads as of their horizons (chain.WithAsOfReads), whose
+// versions then move with the partitions through the changelog too.
 func TestStateFollowsMovesMatchesReferenceModel(t *testing.T) {
-	for _, velocity := range []bool{false, true} {
-		t.Run(fmt.Sprintf("velocity=%v", velocity), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { stateFollowsMoves(t, velocity) })
+	for _, c := range []struct{ velocity, asOf bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("velocity=%v/as-of=%v", c.velocity, c.asOf), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { stateFollowsMoves(t, c.velocity, c.asOf) })
 		})
 	}
 }
 
-func stateFollowsMoves(t *testing.T, velocity bool) {
+func stateFollowsMoves(t *testing.T, velocity, asOf bool) {
 	wc := workload.DefaultConfig()
 	wc.Records, wc.Partitions, wc.Users, wc.Seed = 6000, 3, 300, 17
 	wc.Span = 4 * 24 * time.Hour
@@ -46,7 +48,7 @@ func stateFollowsMoves(t *testing.T, velocity bool) {
 	}
 	w := attribution.Wiring{AlertsTopic: "alerts"}
 	tt := chaintest.NewWith(t, func(o ...chain.Option) (*chain.Chain, error) { return attribution.NewChainWith(cfg, w, o...) },
-		chain.WithIdleTimeout(cfg.IdleTimeout))
+		chain.WithIdleTimeout(cfg.IdleTimeout), chain.WithAsOfReads(asOf))
 	cl := tt.UseChangelog()
 	parts := workload.Split(workload.Generate(wc), wc.Partitions)
 
