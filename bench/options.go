@@ -128,7 +128,15 @@ type Options struct {
 	// (chain.WithAsOfReads), which the attribution chain leaves off: what
 	// they cost (BenchmarkWorkloadB1s_ChainAsOfReads).
 	asOfReads bool
+	// checkpoints is how many checkpoints and commits a chain's run must
+	// hold to be steady (0: minCheckpoints). A test of the harness's
+	// machinery lowers it: an exactly-once cycle lasts longer than a short
+	// commit interval, so ten of them need inputs many times longer.
+	checkpoints int
 }
+
+// steadyCheckpoints is the checkpoints and commits a chain's run must hold.
+func (o Options) steadyCheckpoints() int { return cmp.Or(o.checkpoints, minCheckpoints) }
 
 // Workloads are the workloads Run knows.
 var Workloads = []string{"A", "B", "C"}

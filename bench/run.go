@@ -311,14 +311,14 @@ func (h *harness) steady(ctx context.Context, pr *pointRun, s runSpec, hint floa
 // Duration, at least one ladder step (×1.5) longer, and — when the run had
 // too few checkpoints or commits on its busiest partition, which happens
 // when a cycle takes longer than the commit interval (an exactly-once cycle
-// waits for the records below its cut) — long enough for minCheckpoints at
+// waits for the records below its cut) — long enough for Options.steadyCheckpoints at
 // the rate this run made them, with a quarter to spare (a chain's runs
 // only: the micro-batch's steadiness counts no checkpoints). Growing by one
 // step per try instead ran out of tries on a loaded machine (CI).
 func nextSize(o Options, r *DesignResult, n, batch int, chain bool) int {
 	next := max(o.sizeFor(r.ThroughputRPS, batch), ladder(float64(n)*1.5))
-	if short := min(r.CheckpointsMost, r.Commits); chain && r.Elapsed >= o.Duration.Seconds() && short < minCheckpoints {
-		next = max(next, ladder(float64(n)*1.25*float64(minCheckpoints)/float64(max(short, 1))))
+	if short, want := min(r.CheckpointsMost, r.Commits), o.steadyCheckpoints(); chain && r.Elapsed >= o.Duration.Seconds() && short < want {
+		next = max(next, ladder(float64(n)*1.25*float64(want)/float64(max(short, 1))))
 	}
 	return next
 }
@@ -340,7 +340,7 @@ func (h *harness) measureOn(ctx context.Context, pr *pointRun, s runSpec, n int,
 	r, err := h.measure(ctx, s)
 	if r != nil {
 		r.Records = n
-		r.Steady = r.Elapsed >= least && (!s.kind.isChain() || r.CheckpointsMost >= minCheckpoints && r.Commits >= minCheckpoints)
+		r.Steady = r.Elapsed >= least && (!s.kind.isChain() || r.CheckpointsMost >= h.o.steadyCheckpoints() && r.Commits >= h.o.steadyCheckpoints())
 		if s.variant != nil {
 			r.Variant = s.variant.name
 		}
