@@ -16,7 +16,11 @@ import (
 // have dropped its partitions' mirrors (the large one none), so that both
 // paths are what was compared.
 func TestStateCacheBudgetChangesNoResult(t *testing.T) {
-	for seed := range uint64(6) {
+	seeds := uint64(6)
+	if raceEnabled {
+		seeds = 2
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			big := newPebbleMemHarnessWith(t, WithStateCacheBytes(1<<30))
 			small := newPebbleMemHarnessWith(t, WithStateCacheBytes(tinyCache))

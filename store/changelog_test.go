@@ -92,7 +92,7 @@ func image(t *testing.T, rng *rand.Rand, log []chain.ChangelogRecord, n int64, s
 func TestChangelogIsTheStatesImage(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		seeds := min(h.seeds, 60, h.seeds/4+2)
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			seeds = min(seeds, 4)
 		}
 		caughtUp := 0

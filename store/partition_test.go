@@ -593,7 +593,7 @@ func TestReadsBetweenOverlayChunks(t *testing.T) {
 func TestCrashPropertyI4(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		seeds := h.seeds
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			seeds = min(seeds, 4)
 		}
 		for seed := range uint64(seeds) {
