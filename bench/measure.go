@@ -30,10 +30,18 @@ type progress struct {
 	// consumed: the start of the measured window's CPU (windowCPU).
 	firstCPU atomic.Int64
 	last     atomic.Int64 // unix ns when the last partition completed
+
+	// committed is, per partition, the highest offset a chain committed
+	// (Observer.Committed); cdone closes once every partition with records
+	// has committed its end (chain designs only: see chainObserver).
+	committed []atomic.Int64
+	cleft     atomic.Int64
+	cdone     chan struct{}
 }
 
 func newProgress(ends []int64) *progress {
-	p := &progress{ends: ends, next: make([]atomic.Int64, len(ends)), done: make(chan struct{})}
+	p := &progress{ends: ends, next: make([]atomic.Int64, len(ends)), done: make(chan struct{}),
+		committed: make([]atomic.Int64, len(ends)), cdone: make(chan struct{})}
 	left := int64(0)
 	for _, e := range ends {
 		if e > 0 {
@@ -41,10 +49,33 @@ func newProgress(ends []int64) *progress {
 		}
 	}
 	p.left.Store(left)
+	p.cleft.Store(left)
 	if left == 0 {
 		close(p.done)
+		close(p.cdone)
 	}
 	return p
+}
+
+// commit notes that a chain committed partition part up to off.
+func (p *progress) commit(part int32, off int64) {
+	if int(part) >= len(p.committed) {
+		return
+	}
+	c := &p.committed[part]
+	for {
+		old := c.Load()
+		if off <= old {
+			return
+		}
+		if c.CompareAndSwap(old, off) {
+			end := p.ends[part]
+			if old < end && off >= end && p.cleft.Add(-1) == 0 {
+				close(p.cdone)
+			}
+			return
+		}
+	}
 }
 
 // consumed notes that a record was consumed (the first call starts the clock).
@@ -134,7 +165,8 @@ func (o chainObserver) Advanced(_ string, partition int32, stage int, next int64
 	}
 }
 
-func (o chainObserver) Committed(string, int32, int64, string) {
+func (o chainObserver) Committed(_ string, partition int32, offset int64, _ string) {
+	o.p.commit(partition, offset)
 	if o.ev != nil {
 		o.ev.committed()
 	}

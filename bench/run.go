@@ -747,6 +747,25 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 			return nil, err
 		}
 	}
+	if s.kind.isChain() {
+		// A chain is stopped once it has committed every record, outside
+		// the measured window: a stop commits what is left in a final
+		// cycle, and a final exactly-once transaction that aborts (a
+		// loaded machine can take it past its timeout) leaves its outputs
+		// to the next owner, which a benchmark run does not have — they
+		// would read back as lost.
+		select {
+		case <-d.prog.cdone:
+		case err := <-errc:
+			stopped = true
+			if err == nil {
+				err = errors.New("stopped early")
+			}
+			return nil, fmt.Errorf("bench: %s: before committing every record: %w", what, err)
+		case <-timeout.C:
+			return nil, fmt.Errorf("bench: %s: every record complete, but not committed after %v", what, h.o.Timeout)
+		}
+	}
 	if err := stop(); err != nil {
 		return nil, fmt.Errorf("bench: %s failed when stopping: %w", what, err)
 	}

@@ -352,3 +352,37 @@ func TestChainKeyConcurrency(t *testing.T) {
 	o.KeyConcurrency = 65
 	require.ErrorContains(t, o.validate(), "--key-concurrency must be in [1, --workers=64]")
 }
+
+// TestProgressCommittedClosesAtEveryEnd: cdone closes once every partition
+// with records has committed its end, not before, whatever the order and
+// repeats of the commits; a partition without records is not waited for.
+func TestProgressCommittedClosesAtEveryEnd(t *testing.T) {
+	p := newProgress([]int64{10, 0, 5})
+	closed := func() bool {
+		select {
+		case <-p.cdone:
+			return true
+		default:
+			return false
+		}
+	}
+	p.commit(0, 4)
+	p.commit(2, 5)
+	require.False(t, closed(), "partition 0 is at 4 of 10")
+	p.commit(2, 5)
+	p.commit(0, 9)
+	require.False(t, closed())
+	p.commit(0, 10)
+	require.True(t, closed(), "every partition with records committed its end")
+	p.commit(0, 11) // a later commit does not close it again
+	p.commit(7, 1)  // nor does a partition the input does not have
+	require.True(t, closed())
+	require.True(t, func() bool {
+		select {
+		case <-newProgress([]int64{0}).cdone:
+			return true
+		default:
+			return false
+		}
+	}(), "nothing to commit")
+}
