@@ -62,19 +62,8 @@ func (p *progress) commit(part int32, off int64) {
 	if int(part) >= len(p.committed) {
 		return
 	}
-	c := &p.committed[part]
-	for {
-		old := c.Load()
-		if off <= old {
-			return
-		}
-		if c.CompareAndSwap(old, off) {
-			end := p.ends[part]
-			if old < end && off >= end && p.cleft.Add(-1) == 0 {
-				close(p.cdone)
-			}
-			return
-		}
+	if raise(&p.committed[part], off, p.ends[part], &p.cleft) {
+		close(p.cdone)
 	}
 }
 
@@ -90,19 +79,23 @@ func (p *progress) advance(part int32, next int64) {
 	if int(part) >= len(p.next) {
 		return
 	}
-	n := &p.next[part]
+	if raise(&p.next[part], next, p.ends[part], &p.left) {
+		p.last.Store(time.Now().UnixNano())
+		close(p.done)
+	}
+}
+
+// raise raises *n to to if that is higher, and reports whether this call
+// took it to end or past, making *left (the partitions below their ends)
+// zero.
+func raise(n *atomic.Int64, to, end int64, left *atomic.Int64) bool {
 	for {
 		old := n.Load()
-		if next <= old {
-			return
+		if to <= old {
+			return false
 		}
-		if n.CompareAndSwap(old, next) {
-			end := p.ends[part]
-			if old < end && next >= end && p.left.Add(-1) == 0 {
-				p.last.Store(time.Now().UnixNano())
-				close(p.done)
-			}
-			return
+		if n.CompareAndSwap(old, to) {
+			return old < end && to >= end && left.Add(-1) == 0
 		}
 	}
 }

@@ -713,16 +713,25 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 			fed <- err
 		}()
 	}
-	select { // every record complete
-	case <-d.prog.done:
-	case err := <-errc:
-		stopped = true
-		if err == nil {
-			err = errors.New("stopped early")
+	// await waits for ch, unless the design ends or the run times out first.
+	await := func(ch <-chan struct{}, when string, stalled func() error) error {
+		select {
+		case <-ch:
+			return nil
+		case err := <-errc:
+			stopped = true
+			if err == nil {
+				err = errors.New("stopped early")
+			}
+			return fmt.Errorf("bench: %s%s: %w", what, when, err)
+		case <-timeout.C:
+			return stalled()
 		}
-		return nil, fmt.Errorf("bench: %s: %w", what, err)
-	case <-timeout.C:
-		return nil, fmt.Errorf("bench: %s stalled: %d of %d records complete after %v", what, d.prog.completed(), d.prog.total(), h.o.Timeout)
+	}
+	if err := await(d.prog.done, "", func() error { // every record complete
+		return fmt.Errorf("bench: %s stalled: %d of %d records complete after %v", what, d.prog.completed(), d.prog.total(), h.o.Timeout)
+	}); err != nil {
+		return nil, err
 	}
 	cpu := cpuTime()
 	// The CPU from the first record consumed: without the start-up (the
@@ -750,20 +759,13 @@ func (h *harness) measure(ctx context.Context, s runSpec) (*DesignResult, error)
 	if s.kind.isChain() {
 		// A chain is stopped once it has committed every record, outside
 		// the measured window: a stop commits what is left in a final
-		// cycle, and a final exactly-once transaction that aborts (a
-		// loaded machine can take it past its timeout) leaves its outputs
-		// to the next owner, which a benchmark run does not have — they
-		// would read back as lost.
-		select {
-		case <-d.prog.cdone:
-		case err := <-errc:
-			stopped = true
-			if err == nil {
-				err = errors.New("stopped early")
-			}
-			return nil, fmt.Errorf("bench: %s: before committing every record: %w", what, err)
-		case <-timeout.C:
-			return nil, fmt.Errorf("bench: %s: every record complete, but not committed after %v", what, h.o.Timeout)
+		// cycle, and a final exactly-once transaction that aborts leaves
+		// its outputs to the next owner, which a benchmark run does not
+		// have — they would read back as lost.
+		if err := await(d.prog.cdone, " before committing every record", func() error {
+			return fmt.Errorf("bench: %s: every record complete, but not committed after %v", what, h.o.Timeout)
+		}); err != nil {
+			return nil, err
 		}
 	}
 	if err := stop(); err != nil {
