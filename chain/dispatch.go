@@ -3,7 +3,6 @@ package chain
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 )
 
 // dispatcher runs a key-parallel stage: up to KeyConcurrency workers, each
@@ -104,7 +103,7 @@ type keyQueue struct {
 	jobs jobQueue // the records queued behind the running one
 	// ready counts the key's records not yet run: the one a worker holds
 	// and those queued behind it (the worker cap's priority).
-	ready atomic.Int32
+	ready backlog
 }
 
 func newDispatcher(s *stageRun, workCtx context.Context) *dispatcher {
@@ -139,12 +138,12 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	j.ev, j.stream, j.kh = *ev, stream, kh
 	if q, busy := d.mu.keys[string(ev.Key)]; busy {
 		q.jobs.push(j)
-		q.ready.Add(1)
+		d.s.p.c.workers.grow(&q.ready)
 		d.mu.Unlock()
 		return nil
 	}
 	q := d.newQueueLocked()
-	q.ready.Store(1)
+	q.ready.start()
 	d.mu.keys[string(ev.Key)] = q
 	if d.slots == nil {
 		w := d.popIdleLocked()
@@ -258,7 +257,7 @@ func (d *dispatcher) worker(w *keyWorker, pc *Context) {
 // empty; under the worker cap it holds a slot meanwhile.
 func (d *dispatcher) runKey(j *job, pc *Context) {
 	wc := d.s.p.c.workers
-	var ready *atomic.Int32
+	var ready *backlog
 	if wc != nil {
 		d.mu.Lock()
 		ready = &d.mu.keys[string(j.ev.Key)].ready
@@ -316,11 +315,12 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	}
 	n := q.jobs.pop()
 	if n == nil {
+		d.s.p.c.workers.forget(&q.ready)
 		delete(d.mu.keys, key)
 		d.mu.freeQueues = append(d.mu.freeQueues, q)
 		return nil
 	}
-	q.ready.Add(-1)
+	d.s.p.c.workers.shrink(&q.ready)
 	return n
 }
 
