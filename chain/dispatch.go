@@ -96,6 +96,7 @@ type job struct {
 	ev     Event
 	stream int64
 	kh     uint64
+	q      *keyQueue // its key's queue, while the key is busy
 	next   *job
 }
 
@@ -137,6 +138,7 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	j := d.newJobLocked()
 	j.ev, j.stream, j.kh = *ev, stream, kh
 	if q, busy := d.mu.keys[string(ev.Key)]; busy {
+		j.q = q
 		q.jobs.push(j)
 		d.s.p.c.workers.grow(&q.ready)
 		d.mu.Unlock()
@@ -145,6 +147,7 @@ func (d *dispatcher) dispatch(ctx context.Context, ev *Event, stream int64, kh u
 	q := d.newQueueLocked()
 	q.ready.start()
 	d.mu.keys[string(ev.Key)] = q
+	j.q = q
 	if d.slots == nil {
 		w := d.popIdleLocked()
 		if w == nil && len(d.mu.workers) == d.s.st.KeyConcurrency {
@@ -257,11 +260,8 @@ func (d *dispatcher) worker(w *keyWorker, pc *Context) {
 // empty; under the worker cap it holds a slot meanwhile.
 func (d *dispatcher) runKey(j *job, pc *Context) {
 	wc := d.s.p.c.workers
-	var ready *backlog
+	ready := &j.q.ready
 	if wc != nil {
-		d.mu.Lock()
-		ready = &d.mu.keys[string(j.ev.Key)].ready
-		d.mu.Unlock()
 		if !wc.acquire(d.workCtx, ready) {
 			d.abandon(j) // the shutdown timeout
 			return
@@ -298,17 +298,16 @@ func (d *dispatcher) abandon(j *job) {
 // successors would produce outputs the next owner repeats — or the
 // shutdown timeout abandoned the partition's in-flight records.
 func (d *dispatcher) finishKey(j *job, drop bool) *job {
-	key := string(j.ev.Key)
+	q, key := j.q, j.ev.Key
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	q := d.mu.keys[key]
-	j.ev, j.next = Event{}, nil
+	j.ev, j.next, j.q = Event{}, nil, nil
 	d.mu.free = append(d.mu.free, j)
 	if drop {
 		for n := q.jobs.pop(); n != nil; n = q.jobs.pop() {
 			n.ev.endSpan(OutcomeDropped, nil)
 			o := n.ev.Offset
-			n.ev = Event{}
+			n.ev, n.q = Event{}, nil
 			d.mu.free = append(d.mu.free, n)
 			d.s.drop(o)
 		}
@@ -316,7 +315,7 @@ func (d *dispatcher) finishKey(j *job, drop bool) *job {
 	n := q.jobs.pop()
 	if n == nil {
 		d.s.p.c.workers.forget(&q.ready)
-		delete(d.mu.keys, key)
+		delete(d.mu.keys, string(key))
 		d.mu.freeQueues = append(d.mu.freeQueues, q)
 		return nil
 	}
