@@ -252,6 +252,9 @@ func (c *workerCap) topLocked() int {
 			top, best = w, n
 		}
 	}
+	if top == c.waiters[c.head] {
+		return c.head
+	}
 	// waiters is in seq order.
 	q := c.waiters[c.head:]
 	return c.head + sort.Search(len(q), func(i int) bool { return q[i].seq >= top.seq })
