@@ -143,3 +143,14 @@ func (p countingPartition) KeepHistory(keep bool) {
 
 // KeepHistory forwards chain.HistoryKeeper.
 func (p countingChangelogPartition) KeepHistory(keep bool) { p.c.KeepHistory(keep) }
+
+// EvictPrivate forwards chain.PrivateEvicter (the attribution chain's
+// deduplication keys are private to their stages).
+func (p countingPartition) EvictPrivate(prefixes [][]string) {
+	if pe, ok := p.PartitionStore.(chain.PrivateEvicter); ok {
+		pe.EvictPrivate(prefixes)
+	}
+}
+
+// EvictPrivate forwards chain.PrivateEvicter.
+func (p countingChangelogPartition) EvictPrivate(prefixes [][]string) { p.c.EvictPrivate(prefixes) }

@@ -20,6 +20,10 @@ type Chain struct {
 	dec    Decoder
 	cfg    config
 	tc     *txnCoordinator // exactly-once mode; nil otherwise
+	// private is each stage's Private prefixes (nil: no stage has any);
+	// foreign[i] is what stage i may not touch.
+	private [][]string
+	foreign []*foreignKeys
 	// workers is the chain-wide worker cap (WithWorkerCap), shared by
 	// every partition's key-parallel stages; nil without a cap.
 	workers *workerCap
@@ -70,6 +74,9 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 	if err := commit.ValidateStages(names); err != nil {
 		return nil, fmt.Errorf("chain: %w", err)
 	}
+	if err := validatePrivate(stages); err != nil {
+		return nil, err
+	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -85,6 +92,11 @@ func New(stages []Stage, dec Decoder, opts ...Option) (*Chain, error) {
 		}
 	}
 	c := &Chain{stages: append([]Stage(nil), stages...), names: names, dec: dec, cfg: cfg}
+	c.private = privatePrefixes(c.stages)
+	c.foreign = make([]*foreignKeys, len(stages))
+	for i := range stages {
+		c.foreign[i] = foreignTo(c.stages, i)
+	}
 	c.mu.parts = map[partKey]*partitionRun{}
 	c.mu.claimed = map[partKey]int{}
 	c.mu.standby = map[partKey]*Standby{}

@@ -103,11 +103,16 @@ type boundState struct {
 	// tc counts the writes of an exactly-once chain's open cycle (nil
 	// otherwise).
 	tc *txnCoordinator
+	// foreign is the other stages' Private prefixes (nil: none).
+	foreign *foreignKeys
 }
 
 func (b *boundState) Get(key []byte) ([]byte, bool, error) {
 	if b.ss == nil {
 		return nil, false, ErrNoStore
+	}
+	if err := b.foreign.key(key); err != nil {
+		return nil, false, err
 	}
 	if b.asOf != 0 {
 		return b.ss.GetAsOf(b.asOf, key)
@@ -119,6 +124,9 @@ func (b *boundState) Set(key, value []byte, expires time.Time) error {
 	if b.ss == nil {
 		return ErrNoStore
 	}
+	if err := b.foreign.key(key); err != nil {
+		return err
+	}
 	if b.tc != nil {
 		b.tc.noteWrite()
 	}
@@ -128,6 +136,9 @@ func (b *boundState) Set(key, value []byte, expires time.Time) error {
 func (b *boundState) Delete(key []byte) error {
 	if b.ss == nil {
 		return ErrNoStore
+	}
+	if err := b.foreign.key(key); err != nil {
+		return err
 	}
 	if b.tc != nil {
 		b.tc.noteWrite()
@@ -139,6 +150,9 @@ func (b *boundState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error 
 	if b.ss == nil {
 		return ErrNoStore
 	}
+	if err := b.foreign.span(lo, hi); err != nil {
+		return err
+	}
 	if b.asOf != 0 {
 		return b.ss.ScanAsOf(b.asOf, lo, hi, false, fn)
 	}
@@ -148,6 +162,9 @@ func (b *boundState) Scan(lo, hi []byte, fn func(key, value []byte) bool) error 
 func (b *boundState) ScanReverse(lo, hi []byte, fn func(key, value []byte) bool) error {
 	if b.ss == nil {
 		return ErrNoStore
+	}
+	if err := b.foreign.span(lo, hi); err != nil {
+		return err
 	}
 	if b.asOf != 0 {
 		return b.ss.ScanAsOf(b.asOf, lo, hi, true, fn)

@@ -904,13 +904,22 @@ func (p *partitionRun) drain(deadline <-chan time.Time) (timedOut bool) {
 }
 
 // openState opens a partition's state for the chain's stages; with
-// WithAsOfReads(false) the store is told to keep no versions.
+// WithAsOfReads(false) the store is told to keep no versions, and with
+// Private prefixes it is told each stage's.
 func (c *Chain) openState(topic string, partition int32) (PartitionStore, error) {
 	ps, err := c.cfg.store.OpenPartition(topic, partition, c.names)
-	if err == nil && c.cfg.noAsOf {
+	if err != nil {
+		return nil, err
+	}
+	if c.private != nil {
+		if pe, ok := ps.(PrivateEvicter); ok {
+			pe.EvictPrivate(c.private)
+		}
+	}
+	if c.cfg.noAsOf {
 		if hk, ok := ps.(HistoryKeeper); ok {
 			hk.KeepHistory(false)
 		}
 	}
-	return ps, err
+	return ps, nil
 }

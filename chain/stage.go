@@ -24,4 +24,15 @@ type Stage struct {
 	// gate": wait per key for the leader's progress on the record's key).
 	// Ignored for the first stage.
 	Gate GateScope
+	// Private lists key prefixes of state this stage alone reads and
+	// writes: its deduplication memory, say, where an earlier or later
+	// stage never looks. Their entries are evicted at this stage's own
+	// watermark instead of the slowest stage's (DESIGN.md "Stage-private
+	// state"): on a backlog, where followers run far behind the leader,
+	// most of a leader's short-lived private entries then expire between
+	// two checkpoints and are never written to the local store or the
+	// changelog. Another stage's Get, Set, Delete or range read that
+	// touches one of them fails with ErrPrivateKey. No two stages' prefixes
+	// may overlap. Outputs are the same with or without it.
+	Private []string
 }

@@ -204,7 +204,7 @@ func (s *stageRun) newContext() *Context {
 	return &Context{
 		topic: s.p.topic, partition: s.p.partition, stage: s.name,
 		evictWM: func() time.Time { return unixTime(lastWM(s.p, last)) },
-		st:      boundState{ss: s.state, tc: s.p.c.tc, plain: s.p.c.cfg.noAsOf},
+		st:      boundState{ss: s.state, tc: s.p.c.tc, plain: s.p.c.cfg.noAsOf, foreign: s.p.c.foreign[s.idx]},
 	}
 }
 

@@ -97,6 +97,8 @@ type partitionStore struct {
 		// partition's batch (megabytes) is not grown by copying as it
 		// fills.
 		sizeHint int
+		// private: the stages' Private prefixes (EvictPrivate, private.go).
+		private []privateBound
 	}
 
 	mu struct {
@@ -412,6 +414,7 @@ func (p *partitionStore) prepareIn(cps []commit.Checkpoint, evictBefore time.Tim
 	p.ckpt.flushed = mergeBySeq(p.ckpt.flushed[:0], p.ckpt.taken)
 	pc.b = newBatch()
 	pc.ev = expiryNanos(evictBefore)
+	p.setPrivateBounds(cps, pc.ev)
 	p.writeFlushed(pc.b, p.ckpt.flushed, pc)
 	evicted, complete, err := p.evict(pc, p.ckpt.flushed)
 	if err != nil {
@@ -581,7 +584,9 @@ func mergeBySeq(dst []write, lists [][]write) []write {
 
 // writeFlushed adds the writes to b: the entry (or its deletion); an
 // expiring entry that outlives this checkpoint's eviction goes into
-// pc.added, for the expiry index once the batch is persisted.
+// pc.added, for the expiry index once the batch is persisted. An entry's
+// eviction bound is the checkpoint's, or its owner stage's for a key under
+// a stage's Private prefix (evictionBound).
 //
 // Only the last write of each key goes into the batch: the earlier ones are
 // superseded within the same atomic batch, and a hot key (a busy user's click
@@ -602,7 +607,7 @@ func (p *partitionStore) writeFlushed(b batch, flushed []write, pc *prepared) {
 			continue
 		}
 		kb = entry(kb[:0], p.ks, w.k.key)
-		if w.val != nil && expiresBy(w.exp, pc.ev) {
+		if w.val != nil && expiresBy(w.exp, p.evictionBound(w.k.key, pc.ev)) {
 			// This batch's eviction would delete what it writes: the
 			// entry is not written. A key with a persisted entry (the
 			// filter holds every one) is deleted, as eviction would; one

@@ -25,10 +25,15 @@ func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// Each stage's deduplication keys are its own (Stage.Private): a
+	// leader's expire at its own watermark, not at the last follower's.
 	stages := []chain.Stage{
-		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg}},
-		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}, Gate: chain.GateKey},
-		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}, Gate: chain.GateKey},
+		{Name: StageClick, Filter: typeFilter(TypeClick), Processor: &ClickProcessor{cfg: cfg},
+			Private: []string{seenPrefix(TypeClick)}},
+		{Name: StageInstall, Filter: typeFilter(TypeInstall), Processor: &InstallProcessor{cfg: cfg}, Gate: chain.GateKey,
+			Private: []string{seenPrefix(TypeInstall)}},
+		{Name: StagePurchase, Filter: typeFilter(TypePurchase), Processor: &PurchaseProcessor{cfg: cfg}, Gate: chain.GateKey,
+			Private: []string{seenPrefix(TypePurchase)}},
 	}
 	if cfg.Velocity.Enabled() {
 		vp, err := NewVelocityProcessor(cfg, o.alertsTopic)
@@ -36,7 +41,8 @@ func Chain(cfg Config, opts ...ChainOption) []chain.Stage {
 			panic("attribution.Chain: " + err.Error()) // cfg was validated above
 		}
 		stages = append(stages[:1], append([]chain.Stage{
-			{Name: StageVelocity, Filter: typeFilter(TypeClick), Processor: vp, Gate: chain.GateKey}}, stages[1:]...)...)
+			{Name: StageVelocity, Filter: typeFilter(TypeClick), Processor: vp, Gate: chain.GateKey,
+				Private: []string{VelocityKeyPrefix, string(vp.counter.StateKey(""))}}}, stages[1:]...)...)
 	}
 	return stages
 }

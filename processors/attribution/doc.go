@@ -54,9 +54,10 @@
 //	                          event_id, campaign_id (empty if organic)
 //	                          expiry = time + InstallRetention
 //	d/<type>/<event_id>       latest time of the non-duplicate records with that id
-//	                          expiry = that time + DedupHorizon
+//	                          expiry = that time + DedupHorizon; private to the stage
+//	                          of <type> (chain.Stage.Private)
 //
-// and, with the velocity stage:
+// and, with the velocity stage, all private to it:
 //
 //	v/d/<event_id>            as d/click/<event_id>, for the velocity stage's own dedup
 //	v/a/<user_id>             the user's last alert: arrival watermark, offset

@@ -65,6 +65,9 @@ func appendInstallKey(dst []byte, user string, offset int64) []byte {
 }
 
 // appendSeenKey appends the key of the (typ, id) seen entry.
+// seenPrefix is the prefix of the deduplication keys of records of type typ.
+func seenPrefix(typ string) string { return SeenKeyPrefix + typ + "/" }
+
 func appendSeenKey(dst []byte, typ, id string) []byte {
 	dst = append(dst, SeenKeyPrefix...)
 	dst = append(dst, typ...)
