@@ -137,6 +137,9 @@
 // the checkpoint interval (a backlog), most short-lived entries are born
 // and expire between two checkpoints. An evicted key whose latest write is
 // persisted reads as absent afterwards; a newer pending write still reads.
+// A key under a stage's Private prefix (chain.PrivateEvicter, private.go)
+// is judged for that by its own stage's checkpointed watermark instead of
+// evictBefore, when that is later.
 //
 // # Key layout
 //
