@@ -61,6 +61,10 @@
 //     never stores a follower beyond its leader. Local state that does not
 //     belong to the resume positions (stale, or the group's offset reset by
 //     a tool below it) is dropped, and the log says why.
+//   - Eviction never changes a result: a checkpoint evicts an entry only
+//     once every stage that may read it — all of them, or its owner alone
+//     for a key under that stage's Private prefixes (ErrPrivateKey keeps the
+//     others out) — has a watermark past its expiry.
 //   - No lost output (I5): a record completes only after Kafka acknowledged
 //     its outputs (Producer), so no checkpoint covers an unacknowledged output.
 //   - Clean stop (I6, I10): on revoke or shutdown the partition stops
